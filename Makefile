@@ -1,0 +1,42 @@
+# `make demo` and `make test` work on a fresh machine: they create .venv and install first.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO_HOME ?= $(CURDIR)/.workbench-demo
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint typecheck unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	# torch is pinned: an open range can pull a multi-GB CUDA build.
+	$(BIN)/python -m pip install -q 'torch==2.13.0' -e '.[test,torch]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	@echo "== a 2-worker DDP training on the local backend (WORKBENCH_HOME=$(DEMO_HOME))"
+	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench submit --name demo-$$(date +%s) --workers 2 \
+	  --image pytorch --wait --follow-logs -- python -m workbench.examples.train_ddp --epochs 3 --steps 10
+	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench list
+
+lint: setup
+	$(BIN)/ruff check workbench tests bench
+	$(BIN)/ruff format --check workbench tests bench
+
+typecheck: setup
+	$(BIN)/mypy
+
+unit: setup
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test: lint typecheck unit
+
+bench: setup
+	$(BIN)/python bench/bench_launch.py
+
+clean:
+	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache

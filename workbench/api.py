@@ -1,0 +1,153 @@
+"""The Python API: ``workbench.submit(...)``, ``workbench.get(name)``, ``workbench.jobs()``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .manager import JobManager
+from .spec import JobRecord, JobStatus, TrainSpec
+
+_managers: dict[tuple[str, ...], JobManager] = {}
+
+
+def default_manager() -> JobManager:
+    """The process-wide manager for the current WORKBENCH_* environment."""
+    key = tuple(os.environ.get(k, "") for k in ("WORKBENCH_HOME", "WORKBENCH_BACKEND", "WORKBENCH_CATALOG", "WORKBENCH_CONFIG"))
+    if key not in _managers:
+        _managers[key] = JobManager()
+    return _managers[key]
+
+
+class Job:
+    """A handle on one job; every read goes to the store or cluster, never a stale copy."""
+
+    def __init__(self, name: str, manager: JobManager | None = None, record: JobRecord | None = None):
+        self.name = name
+        self.manager = manager or default_manager()
+        self._record = record
+
+    @property
+    def record(self) -> JobRecord:
+        """The job's current record (fetched fresh)."""
+        self._record = self.manager.get(self.name)
+        return self._record
+
+    @property
+    def status(self) -> JobStatus:
+        """Current status."""
+        return self.record.status
+
+    def wait(self, timeout: float | None = None) -> JobRecord:
+        """Block until the job ends or ``timeout`` seconds pass."""
+        self._record = self.manager.wait(self.name, timeout=timeout)
+        return self._record
+
+    def logs(self, rank: int = 0, follow: bool = False, tail: int | None = None) -> Iterator[str]:
+        """Lines of rank ``rank``'s output; ``follow`` keeps going until the job ends."""
+        return self.manager.logs(self.name, rank=rank, follow=follow, tail=tail)
+
+    def cancel(self) -> JobRecord:
+        """Stop every process of the job."""
+        self._record = self.manager.cancel(self.name)
+        return self._record
+
+    def rerun(self, name: str | None = None) -> Job:
+        """Run the same spec and script snapshot again as a new job."""
+        record = self.manager.rerun(self.name, new_name=name)
+        return Job(record.name, self.manager, record)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire model of the current record."""
+        return self.record.to_dict()
+
+    def __repr__(self) -> str:
+        return describe(self._record or self.record)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def describe(r: JobRecord) -> str:
+    """A short human text form of a job, for terminals and plain-text outputs."""
+    ranks = ", ".join(
+        f"{x.rank}:{x.state.value}" + (f"({x.exit_code})" if x.exit_code not in (None, 0) else "")
+        for x in r.ranks
+    )
+    line = (
+        f"Job {r.name}: {r.status.value} | {r.workers} worker(s) | attempt {r.attempt} | "
+        f"{format_duration(r.elapsed())} | ${r.cost():.4f}"
+    )
+    if ranks:
+        line += f" | ranks {ranks}"
+    if r.message:
+        line += f"\n  {r.message}"
+    return line
+
+
+def format_duration(seconds: float) -> str:
+    """1h02m, 3m04s, 12s."""
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def submit(
+    command: str | list[str] | TrainSpec | None = None,
+    *,
+    file: str | Path | None = None,
+    wait: bool = False,
+    manager: JobManager | None = None,
+    **fields: Any,
+) -> Job:
+    """Submit a job: a command (string or argv), a TrainSpec, or a YAML ``file``; fields override."""
+    manager = manager or default_manager()
+    if isinstance(command, TrainSpec):
+        spec = command
+    else:
+        data: dict[str, Any] = {}
+        if file is not None:
+            spec_from_file = TrainSpec.from_yaml(file)
+            data = {k: v for k, v in spec_from_file.to_dict().items() if v not in (None, [], {})}
+        if command is not None:
+            data["command"] = shlex.split(command) if isinstance(command, str) else list(command)
+        data.update(fields)
+        spec = TrainSpec.from_dict(data)
+    record = manager.submit(spec)
+    job = Job(record.name, manager, record)
+    if wait:
+        job.wait()
+    return job
+
+
+def get(name: str, manager: JobManager | None = None) -> Job:
+    """The job called ``name`` (raises JobNotFoundError)."""
+    manager = manager or default_manager()
+    return Job(name, manager, manager.get(name))
+
+
+def jobs(status: str | list[str] | None = None, manager: JobManager | None = None) -> list[Job]:
+    """All jobs, newest first, optionally only those in ``status``."""
+    manager = manager or default_manager()
+    wanted = [status] if isinstance(status, str) else status
+    return [Job(r.name, manager, r) for r in manager.list(status=wanted)]
+
+
+def wait_all(job_list: list[Job], timeout: float | None = None) -> list[JobRecord]:
+    """Wait for several jobs."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out = []
+    for j in job_list:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        out.append(j.wait(timeout=left))
+    return out

@@ -1,0 +1,94 @@
+"""The files of one local job: spec snapshot, script snapshot, credentials, per-rank logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import IO
+
+from ..spec import TrainSpec
+
+SNAPSHOT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt"}
+SNAPSHOT_MAX_BYTES = 5 * 1024 * 1024
+
+
+class JobFiles:
+    """Layout of ``HOME/jobs/NAME/``."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.dir = job_dir
+
+    @property
+    def logs(self) -> Path:
+        """Folder of per-rank logs."""
+        return self.dir / "logs"
+
+    @property
+    def snapshot(self) -> Path:
+        """Folder of copied scripts."""
+        return self.dir / "snapshot"
+
+    def create(self) -> None:
+        """Make the job's folders (private to the user)."""
+        self.dir.mkdir(parents=True, exist_ok=False, mode=0o700)
+        self.logs.mkdir()
+        self.snapshot.mkdir()
+
+    def log_path(self, rank: int) -> Path:
+        """Where rank ``rank`` writes stdout and stderr."""
+        return self.logs / f"rank-{rank}.log"
+
+    def open_log(self, rank: int, attempt: int) -> IO[bytes]:
+        """Append handle for a rank's log; later attempts start with a marker line."""
+        f = open(self.log_path(rank), "ab")
+        if attempt > 1:
+            f.write(f"[workbench] ---- attempt {attempt} ----\n".encode())
+            f.flush()
+        return f
+
+    def write_spec(self, spec: TrainSpec) -> None:
+        """Save the (already redacted) spec as YAML, for people and for rerun."""
+        (self.dir / "spec.yaml").write_text(spec.to_yaml())
+
+    def write_secret_env(self, env: dict[str, str]) -> None:
+        """Credentials go to a file only the user can read, never into the spec."""
+        path = self.dir / "secret-env.json"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(env, f)
+
+    def read_secret_env(self) -> dict[str, str]:
+        """The credentials saved at submit (empty when none)."""
+        path = self.dir / "secret-env.json"
+        if not path.exists():
+            return {}
+        data: dict[str, str] = json.loads(path.read_text())
+        return data
+
+    def take_snapshot(self, command: list[str], working_dir: str) -> dict[int, str]:
+        """Copy the script files the command names; returns {argv index: snapshot path}."""
+        manifest: dict[int, str] = {}
+        for i, arg in enumerate(command[1:], start=1):
+            src = Path(arg) if Path(arg).is_absolute() else Path(working_dir) / arg
+            try:
+                ok = src.is_file() and src.suffix in SNAPSHOT_SUFFIXES
+                ok = ok and src.stat().st_size <= SNAPSHOT_MAX_BYTES
+            except OSError:
+                ok = False
+            if not ok:
+                continue
+            dst = self.snapshot / f"{i}-{src.name}"
+            shutil.copy2(src, dst)
+            manifest[i] = str(dst)
+        (self.snapshot / "manifest.json").write_text(json.dumps(manifest))
+        return manifest
+
+    def snapshot_command(self, command: list[str]) -> list[str]:
+        """The command with script paths replaced by their snapshot copies (for rerun)."""
+        path = self.snapshot / "manifest.json"
+        if not path.exists():
+            return list(command)
+        manifest = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        return [manifest.get(i, arg) for i, arg in enumerate(command)]

@@ -1,0 +1,438 @@
+"""The detached supervisor of one local job.
+
+``python -m workbench.backends._supervisor --detach HOME NAME`` forks a grandchild in its own
+session (so the job outlives the kernel, server or shell that submitted it) and exits at
+once. The grandchild places the job on GPUs, starts every worker in its own process group
+with the contract env, waits on them (pidfds, no busy loop), applies gang semantics and
+retries, and records everything in the store. Cancel is SIGTERM to the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .. import contract
+from ..spec import JobEvent, JobStatus, RankState, TrainSpec
+from ..store import JobStore
+from . import _placement
+from ._jobfiles import JobFiles
+
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec")
+
+
+class Stop(Exception):
+    """Raised inside the supervisor when a cancel arrives."""
+
+
+@dataclass
+class Worker:
+    """The processes of one rank in the current attempt."""
+
+    rank: int
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    pgid: int = 0
+    done: bool = False
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct free TCP ports on 127.0.0.1."""
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def has_launcher(argv: list[str]) -> bool:
+    """True when the command starts its own per-process launcher (torchrun, mpirun)."""
+    head = argv[:4]
+    return any(Path(a).name in LAUNCHERS or a in LAUNCHERS for a in head)
+
+
+class Supervisor:
+    """Runs one job to its end."""
+
+    def __init__(self, home: Path, name: str) -> None:
+        self.home = home
+        self.name = name
+        self.store = JobStore(home / "jobs.db")
+        row = self.store.row(name)
+        if row is None:
+            raise SystemExit(f"no job {name!r} in {home}")
+        self.files = JobFiles(Path(row["job_dir"]))
+        self.spec = TrainSpec.from_dict(json.loads(row["spec_json"]))
+        self.spec.env.update(self.files.read_secret_env())
+        self.attempt = int(row["attempt"])
+        self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
+        self.cancelled = False
+        self.workers: list[Worker] = []
+        self.gpu_alloc: list[list[int]] = [[] for _ in range(self.spec.workers)]
+        self.deadline: float | None = None
+        self.selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    # ---- signals ------------------------------------------------------------------------
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.cancelled = True
+
+    def install_signals(self) -> None:
+        """SIGTERM/SIGINT/SIGHUP mean cancel; the wakeup fd interrupts the wait at once."""
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+
+    def _check_cancel(self) -> None:
+        if not self.cancelled:
+            row = self.store.row(self.name)
+            self.cancelled = bool(row and row["cancel_requested"])
+        if self.cancelled:
+            raise Stop
+
+    # ---- the job ------------------------------------------------------------------------
+    def run(self) -> None:
+        """Place, start, watch, retry, record."""
+        me = psutil.Process()
+        self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
+        try:
+            self._check_cancel()
+            self.place()
+            outcome = self.run_attempts()
+        except LaunchFailed as e:
+            self.stop_all("launch failed")
+            self.store.set_rank(self.name, e.rank, state=RankState.FAILED, finished_at=time.time())
+            self.finish(JobStatus.FAILED, str(e), "LaunchFailed", "error")
+            return
+        except Stop:
+            self.stop_all("cancel")
+            self.finish(JobStatus.CANCELLED, "cancelled by user", "Cancelled")
+            return
+        except Exception as e:  # record, never leave a job 'Running' behind
+            self.stop_all("supervisor error")
+            traceback.print_exc()
+            self.finish(JobStatus.FAILED, f"supervisor error: {e}", "SupervisorError", "error")
+            return
+        status, message, reason = outcome
+        self.finish(status, message, reason, "info" if status is JobStatus.SUCCEEDED else "error")
+
+    def finish(self, status: JobStatus, message: str, reason: str, level: str = "info") -> None:
+        """Record the terminal state (last thing before exit)."""
+        self.store.update(
+            self.name,
+            status=status,
+            message=message,
+            finished_at=time.time(),
+            event=JobEvent(time.time(), reason, message or status.value, level),
+        )
+
+    def place(self) -> None:
+        """Hold GPUs for the job, queueing (Pending, with the reason) until they are free."""
+        if self.spec.gpus <= 0:
+            return
+        from ..monitor import gpu_inventory
+
+        capacity = [g.index for g in gpu_inventory()]
+        announced = False
+        while True:
+            with self._placement_lock():
+                used = _placement.usage(
+                    [
+                        (float(json.loads(r["spec_json"])["gpus"]), json.loads(r["gpu_alloc"]))
+                        for r in self.store.active_rows()
+                        if r["gpu_alloc"] and r["name"] != self.name
+                    ]
+                )
+                alloc = _placement.place(self.spec.gpus, self.spec.workers, capacity, used)
+                if alloc is not None:
+                    self.gpu_alloc = alloc
+                    self.store.update(self.name, gpu_alloc=json.dumps(alloc), message="")
+                    return
+            if not announced:
+                busy = sum(min(1.0, v) for v in used.values())
+                msg = (
+                    f"waiting for GPUs: needs {self.spec.gpus:g} x {self.spec.workers}, "
+                    f"{len(capacity) - busy:g} of {len(capacity)} free"
+                )
+                self.store.update(self.name, message=msg, event=JobEvent(time.time(), "Queued", msg))
+                announced = True
+            self._sleep(1.0)
+
+    @contextlib.contextmanager
+    def _placement_lock(self):  # type: ignore[no-untyped-def]
+        with open(self.home / "placement.lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def _sleep(self, seconds: float) -> None:
+        for _ in self.selector.select(timeout=seconds):
+            self._drain_wake()
+        self._check_cancel()
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 512):
+                pass
+
+    def run_attempts(self) -> tuple[JobStatus, str, str]:
+        """Run the gang, restarting it while retries remain."""
+        while True:
+            failure = self.run_attempt()
+            if failure is None:
+                return JobStatus.SUCCEEDED, "", "Succeeded"
+            if failure.startswith("timed out"):
+                return JobStatus.FAILED, failure, "DeadlineExceeded"
+            if self.attempt > self.spec.max_retries:
+                return JobStatus.FAILED, failure, "Failed"
+            self.attempt += 1
+            msg = f"{failure}; restarting the gang (attempt {self.attempt} of {self.spec.max_retries + 1})"
+            self.store.update(
+                self.name, attempt=self.attempt, message=msg,
+                event=JobEvent(time.time(), "Restarting", msg, "warning"),
+            )  # fmt: skip
+
+    def run_attempt(self) -> str | None:
+        """One attempt: start every rank, wait; None on success, else why it failed."""
+        self.start_workers()
+        try:
+            return self.wait_workers()
+        finally:
+            self.stop_all("end of attempt")
+
+    def world(self) -> contract.World:
+        """Where this attempt's ranks meet: loopback, fresh ports."""
+        n = self.spec.workers
+        ports = free_ports(n + 1)
+        return contract.World(
+            workers=n,
+            procs_per_worker=self.spec.procs_per_worker or 1,
+            master_addr="127.0.0.1",
+            master_port=ports[0],
+            hosts=("127.0.0.1",) * n,
+            ports=tuple(ports[1:]),
+        )
+
+    def start_workers(self) -> None:
+        """Start every rank in its own process group, logs appended to its file."""
+        spec = self.spec
+        world = self.world()
+        hostfile = None
+        if spec.framework == "mpi":
+            hostfile = str(self.files.dir / "hostfile")
+            Path(hostfile).write_text(contract.mpi_hostfile(world))
+        base = os.environ.copy()
+        base.update(spec.env)
+        bindir = os.path.dirname(sys.executable)
+        base["PATH"] = bindir + os.pathsep + base.get("PATH", "")
+        base["PYTHONUNBUFFERED"] = "1"
+        base["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        cwd = spec.working_dir or str(self.files.dir)
+        argv = list(spec.command)
+        auto_spawn = spec.framework == "pytorch" and world.procs_per_worker > 1 and not has_launcher(argv)
+        self.workers = []
+        now = time.time()
+        for rank in range(spec.workers):
+            env = dict(base)
+            env.update(
+                contract.worker_env(
+                    spec.framework or "plain", world, rank, self.name, self.attempt,
+                    str(self.files.dir), hostfile,
+                )
+            )  # fmt: skip
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_alloc[rank])
+            log = self.files.open_log(rank, self.attempt)
+            worker = Worker(rank)
+            per_proc = (
+                [contract.pytorch_process_env(world, rank, lr) for lr in range(world.procs_per_worker)]
+                if auto_spawn
+                else [{}]
+            )
+            try:
+                for extra in per_proc:
+                    p = subprocess.Popen(
+                        argv, cwd=cwd, env={**env, **extra}, stdin=subprocess.DEVNULL,
+                        stdout=log, stderr=subprocess.STDOUT, close_fds=True,
+                        start_new_session=not worker.procs,
+                        process_group=worker.pgid if worker.procs else None,
+                    )  # fmt: skip
+                    if not worker.procs:
+                        worker.pgid = p.pid
+                    worker.procs.append(p)
+                    self.selector.register(os.pidfd_open(p.pid), selectors.EVENT_READ, (worker, p))
+            except OSError as e:
+                log.write(f"[workbench] cannot start {argv[0]!r}: {e.strerror}\n".encode())
+                log.close()
+                self.workers.append(worker)
+                raise LaunchFailed(rank, f"rank {rank} could not start {argv[0]!r}: {e.strerror}") from e
+            log.close()
+            self.workers.append(worker)
+            lead = worker.procs[0]
+            self.store.set_rank(
+                self.name, rank, state=RankState.RUNNING, pid=lead.pid,
+                ctime=_ctime(lead.pid), exit_code=None, started_at=now, finished_at=None,
+                gpus=env["CUDA_VISIBLE_DEVICES"],
+            )  # fmt: skip
+        row = self.store.row(self.name) or {}
+        started = row.get("started_at") or now
+        if spec.timeout and self.deadline is None:
+            self.deadline = started + spec.timeout
+        ev = JobEvent(now, "Started", f"{spec.workers} worker(s) started, attempt {self.attempt}")
+        self.store.update(self.name, status=JobStatus.RUNNING, started_at=started, event=ev)
+
+    def wait_workers(self) -> str | None:
+        """Wait for exits; the first non-zero exit fails the attempt."""
+        while not all(w.done for w in self.workers):
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.time())
+            if timeout is not None and timeout <= 0:
+                assert self.spec.timeout is not None
+                return f"timed out after {_human(self.spec.timeout)}"
+            # Also wake every few seconds to notice a cancel flag set without a signal.
+            events = self.selector.select(timeout=min(timeout, 5.0) if timeout is not None else 5.0)
+            for key, _ in events:
+                if key.data is None:
+                    self._drain_wake()
+                    continue
+                worker, proc = key.data
+                self.selector.unregister(key.fd)
+                os.close(key.fd)
+                code = proc.wait()
+                if code != 0:
+                    self._rank_done(worker, RankState.FAILED, code)
+                    return f"rank {worker.rank} {_describe_exit(code)}"
+                if all(p.returncode is not None for p in worker.procs):
+                    self._rank_done(worker, RankState.SUCCEEDED, 0)
+            self._check_cancel()
+        return None
+
+    def _rank_done(self, worker: Worker, state: RankState, code: int) -> None:
+        worker.done = True
+        self.store.set_rank(self.name, worker.rank, state=state, exit_code=code, finished_at=time.time())
+        if state is RankState.FAILED:
+            msg = f"rank {worker.rank} {_describe_exit(code)}"
+            self.store.add_event(self.name, JobEvent(time.time(), "RankFailed", msg, "error"))
+
+    def stop_all(self, why: str) -> None:
+        """SIGTERM every rank's process group, SIGKILL what is left after the grace period."""
+        groups = [w.pgid for w in self.workers if w.pgid]
+        for w in self.workers:
+            if not w.done:
+                _killpg(w.pgid, signal.SIGTERM)
+        deadline = time.time() + self.stop_grace
+        for w in self.workers:
+            for p in w.procs:
+                if p.returncode is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=max(0.0, deadline - time.time()))
+        # Kill whatever remains in the groups, finished ranks' stray children included.
+        for g in groups:
+            _killpg(g, signal.SIGKILL)
+        for w in self.workers:
+            for p in w.procs:
+                if p.returncode is None:
+                    p.wait()
+            if not w.done:
+                w.done = True
+                code = w.procs[0].returncode if w.procs else None
+                self.store.set_rank(
+                    self.name, w.rank, state=RankState.STOPPED, exit_code=code, finished_at=time.time()
+                )
+        for key in list(self.selector.get_map().values()):
+            if key.data is not None:
+                self.selector.unregister(key.fd)
+                os.close(key.fd)
+        self.workers = []
+
+
+class LaunchFailed(Exception):
+    """A rank's program could not be started at all."""
+
+    def __init__(self, rank: int, message: str) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _ctime(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _human(seconds: float) -> str:
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"
+
+
+def _supervise(home: Path, name: str) -> int:
+    sup = Supervisor(home, name)
+    sup.install_signals()
+    sup.run()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``[--detach] HOME NAME``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    detach = "--detach" in args
+    if detach:
+        args.remove("--detach")
+    home, name = Path(args[0]), args[1]
+    if detach:
+        pid = os.fork()
+        if pid:
+            print(pid, flush=True)
+            os._exit(0)
+        os.setsid()
+        log = os.open(home / "jobs" / name / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(devnull)
+        os.close(log)
+    return _supervise(home, name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The interface every backend implements; surfaces only ever talk to this."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from typing import Any
+
+from ..spec import JobRecord, TrainSpec
+
+
+class Backend(ABC):
+    """Runs TrainSpecs somewhere and reports on them."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def submit(self, spec: TrainSpec) -> JobRecord:
+        """Start a validated spec; returns at once with the Pending record."""
+
+    @abstractmethod
+    def get(self, name: str) -> JobRecord:
+        """The current record; raises JobNotFoundError."""
+
+    @abstractmethod
+    def list(
+        self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[JobRecord]:
+        """Jobs, newest first."""
+
+    @abstractmethod
+    def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
+        """Stop every process of the job; returns the record once it is terminal."""
+
+    @abstractmethod
+    def logs(
+        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
+        """Lines (without newline) of one rank's output; follows until the job ends."""
+
+    @abstractmethod
+    def delete(self, name: str) -> None:
+        """Forget a finished job and its files."""
+
+    @abstractmethod
+    def rerun_spec(self, name: str) -> TrainSpec:
+        """The exact spec (snapshot paths, credentials) to run ``name`` again."""
+
+    @abstractmethod
+    def nodes(self) -> list[dict[str, Any]]:
+        """Hosts with their GPUs and what is allocated on them (for `top`)."""

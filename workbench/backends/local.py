@@ -1,0 +1,394 @@
+"""The local backend: jobs as process groups on this machine, each under a detached supervisor.
+
+State lives in the SQLite store under WORKBENCH_HOME, so a kernel, the Jupyter server and
+the CLI see the same jobs, and a job outlives the process that submitted it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from ..catalog import Catalog, load_catalog
+from ..errors import JobNotFoundError, MonitorUnavailableError, SpecError, SubmitError
+from ..settings import Settings
+from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
+from ..store import JobStore
+from . import _placement
+from ._jobfiles import JobFiles
+from .base import Backend
+
+ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
+
+
+class LocalBackend(Backend):
+    """Runs each worker as a local process group; the embedded default."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings | None = None, catalog: Catalog | None = None) -> None:
+        self.settings = settings or Settings.load()
+        self.catalog = catalog or load_catalog(self.settings.catalog_file)
+        self.home = Path(self.settings.home)
+        (self.home / "jobs").mkdir(parents=True, exist_ok=True)
+        self.store = JobStore(self.home / "jobs.db")
+
+    # ---- submit -------------------------------------------------------------------------
+    def submit(self, spec: TrainSpec) -> JobRecord:
+        """Validate, snapshot, record Pending, start the detached supervisor; returns at once."""
+        spec.validate(self.catalog)
+        spec.working_dir = str(Path(spec.working_dir or os.getcwd()).resolve())
+        if not Path(spec.working_dir).is_dir():
+            raise SpecError("working_dir", f"{spec.working_dir} is not a directory", "create it or pick another")
+        self._check_program(spec)
+        if spec.name is None:
+            spec.name = self._new_name(spec)
+        elif self.store.exists(spec.name):
+            raise SpecError(
+                "name", f"a job named {spec.name!r} already exists",
+                f"pick another --name, or `workbench delete {spec.name}` first",
+            )  # fmt: skip
+        self._check_gpus(spec)
+        self._check_mounts(spec)
+        files = JobFiles(self.home / "jobs" / spec.name)
+        try:
+            files.create()
+        except FileExistsError:  # a stale folder without a record: keep it, never overwrite
+            raise SpecError(
+                "name", f"{files.dir} already exists", "pick another --name or remove that folder"
+            ) from None
+        safe = spec.redacted()
+        files.write_spec(safe)
+        files.write_secret_env(spec.secret_env())
+        files.take_snapshot(spec.command, spec.working_dir)
+        offer = self.catalog.spec(spec.instance_spec or "")
+        record = JobRecord(
+            name=spec.name,
+            status=JobStatus.PENDING,
+            backend=self.name,
+            spec=safe.to_dict(),
+            image=spec.image_ref(self.catalog),
+            runtime="process",
+            price_per_hour=offer.price_per_hour,
+            job_dir=str(files.dir),
+            events=[
+                JobEvent(
+                    time.time(), "Submitted",
+                    f"{spec.workers} worker(s) x {spec.procs_per_worker} process(es); image "
+                    f"{spec.image} runs as local processes in {sys.prefix} (no container engine)",
+                )
+            ],
+        )  # fmt: skip
+        try:
+            self.store.insert(record)
+        except sqlite3.IntegrityError:
+            shutil.rmtree(files.dir, ignore_errors=True)
+            raise SpecError("name", f"a job named {spec.name!r} already exists", "pick another --name") from None
+        try:
+            self._launch_supervisor(spec.name)
+        except OSError as e:
+            msg = f"could not start the job supervisor: {e}"
+            self.store.update(spec.name, status=JobStatus.FAILED, message=msg, finished_at=time.time(),
+                              event=JobEvent(time.time(), "Failed", msg, "error"))  # fmt: skip
+            raise SubmitError(self.name, msg) from e
+        return self.get(spec.name)
+
+    def _launch_supervisor(self, name: str) -> None:
+        env = dict(os.environ)
+        env["WORKBENCH_STOP_GRACE"] = str(self.settings.stop_grace)
+        # The launcher forks the real supervisor into its own session and exits at once,
+        # so no zombie is left in a long-lived kernel or server.
+        subprocess.run(
+            [sys.executable, "-m", "workbench.backends._supervisor", "--detach", str(self.home), name],
+            check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, start_new_session=True, timeout=60,
+        )  # fmt: skip
+
+    def _new_name(self, spec: TrainSpec) -> str:
+        stem = "job"
+        for arg in spec.command:
+            if arg.endswith((".py", ".sh")):
+                stem = Path(arg).stem
+                break
+        stem = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:40] or "job"
+        while True:
+            name = f"{stem}-{secrets.token_hex(3)[:5]}"
+            if not self.store.exists(name):
+                return name
+
+    def _check_program(self, spec: TrainSpec) -> None:
+        prog = spec.command[0]
+        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+        if os.sep in prog:
+            target = Path(prog) if Path(prog).is_absolute() else Path(spec.working_dir or ".") / prog
+            if not target.exists():
+                raise SpecError("command", f"{prog!r} does not exist in {spec.working_dir}", "check the path")
+        elif shutil.which(prog, path=path) is None:
+            raise SpecError(
+                "command", f"{prog!r} is not on PATH", "install it or give the full path, e.g. python train.py"
+            )
+
+    def _check_gpus(self, spec: TrainSpec) -> None:
+        if spec.gpus <= 0:
+            return
+        try:
+            from ..monitor import gpu_inventory
+
+            host = [g.index for g in gpu_inventory()]
+        except MonitorUnavailableError as e:
+            raise SubmitError(
+                self.name,
+                f"the job asks for {spec.gpus:g} GPU(s) per worker but this host cannot give any: "
+                f"{e.reason}. Use --gpus 0 to run on CPU, or submit to a cluster backend",
+            ) from None
+        if _placement.place(spec.gpus, spec.workers, host, {}) is None:
+            raise SubmitError(
+                self.name,
+                f"the job needs {spec.gpus:g} GPU(s) x {spec.workers} worker(s) but this host has "
+                f"{len(host)} GPU(s) in all; lower --workers/--gpus",
+            )
+
+    def _check_mounts(self, spec: TrainSpec) -> None:
+        for m in spec.data:
+            if m.scheme in ("", "file"):
+                src = Path(m.src.removeprefix("file://")).expanduser()
+                if not src.is_absolute():
+                    src = Path(spec.working_dir or ".") / src
+                if not src.exists():
+                    raise SpecError("data", f"local source {m.src!r} does not exist", "check the path")
+            elif m.scheme == "pvc":
+                raise SpecError(
+                    "data", f"{m.src!r} is a Kubernetes volume claim", "pvc:// mounts work on a cluster backend"
+                )
+
+    # ---- read ---------------------------------------------------------------------------
+    def get(self, name: str) -> JobRecord:
+        """The job's record, reconciled with reality (a dead supervisor fails the job)."""
+        record = self.store.get(name)
+        if record is None:
+            raise JobNotFoundError(self.name, name)
+        if not record.status.terminal and self._supervisor_lost(name):
+            record = self.store.get(name) or record
+        return record
+
+    def list(
+        self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
+    ) -> list[JobRecord]:
+        """Jobs, newest first; active ones are reconciled first."""
+        for row in self.store.active_rows():
+            self._supervisor_lost(row["name"], row)
+        return self.store.list(status=status, backend=None, limit=limit, offset=offset)
+
+    def _supervisor_lost(self, name: str, row: dict[str, Any] | None = None) -> bool:
+        """Fail an active job whose supervisor is gone; True when it did."""
+        row = row or self.store.row(name)
+        if row is None or row["status"] not in ACTIVE:
+            return False
+        pid, ctime = row["supervisor_pid"], row["supervisor_ctime"]
+        if pid is None:
+            if time.time() - row["created_at"] < 60:
+                return False  # still starting
+        elif _alive(pid, ctime):
+            return False
+        row = self.store.row(name)  # it may have finished while we looked
+        if row is None or row["status"] not in ACTIVE:
+            return False
+        self._kill_ranks(name)
+        log = Path(row["job_dir"] or "") / "supervisor.log"
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
+        msg = "the job's supervisor process ended unexpectedly" + (f": {tail[0]}" if tail else "")
+        self.store.update(name, status=JobStatus.FAILED, message=msg, finished_at=time.time(),
+                          event=JobEvent(time.time(), "SupervisorLost", msg, "error"))  # fmt: skip
+        return True
+
+    def _kill_ranks(self, name: str) -> None:
+        for r in self.store.rank_rows(name):
+            if r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"]):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(r["pid"], signal.SIGKILL)
+                self.store.set_rank(name, r["rank"], state=RankState.STOPPED, finished_at=time.time())
+
+    # ---- cancel / delete ----------------------------------------------------------------
+    def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
+        """Ask the supervisor to stop the gang; wait until every process is gone."""
+        record = self.get(name)
+        if record.status.terminal:
+            return record
+        self.store.update(name, cancel_requested=1)
+        row = self.store.row(name) or {}
+        pid, ctime = row.get("supervisor_pid"), row.get("supervisor_ctime")
+        if pid and _alive(pid, ctime):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + max(wait, self.settings.stop_grace + 5)
+        while time.time() < deadline:
+            record = self.get(name)
+            if record.status.terminal:
+                if not (pid and _alive(pid, ctime)):
+                    return record
+            time.sleep(0.05)
+        # The supervisor did not answer: do its job.
+        self._kill_ranks(name)
+        if pid and _alive(pid, ctime):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not self.get(name).status.terminal:
+            self.store.update(name, status=JobStatus.CANCELLED, finished_at=time.time(),
+                              message="cancelled by user (supervisor did not answer)",
+                              event=JobEvent(time.time(), "Cancelled", "cancelled by user", "warning"))  # fmt: skip
+        return self.get(name)
+
+    def delete(self, name: str) -> None:
+        """Forget a finished job and remove its folder."""
+        record = self.get(name)
+        if not record.status.terminal:
+            raise SpecError("name", f"job {name!r} is {record.status.value}", "cancel it before deleting")
+        self.store.delete(name)
+        if record.job_dir:
+            shutil.rmtree(record.job_dir, ignore_errors=True)
+
+    def rerun_spec(self, name: str) -> TrainSpec:
+        """The job's spec with its snapshot scripts and saved credentials."""
+        record = self.get(name)
+        files = JobFiles(Path(record.job_dir or ""))
+        spec = TrainSpec.from_dict(record.spec)
+        spec.command = files.snapshot_command(spec.command)
+        spec.env.update(files.read_secret_env())
+        spec.name = None
+        if spec.working_dir and not Path(spec.working_dir).is_dir():
+            spec.working_dir = None
+        return spec
+
+    # ---- logs ---------------------------------------------------------------------------
+    def logs(
+        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
+        """Lines of one rank's log; with follow, keeps reading until the job ends."""
+        record = self.get(name)
+        if rank < 0 or rank >= record.workers:
+            raise SpecError("rank", f"job {name!r} has ranks 0..{record.workers - 1}", f"got {rank}")
+        path = JobFiles(Path(record.job_dir or "")).log_path(rank)
+        return _read_log(path, follow, tail, lambda: self.get(name).status.terminal)
+
+    # ---- hosts --------------------------------------------------------------------------
+    def nodes(self) -> list[dict[str, Any]]:
+        """This host: its GPUs (or why none) and which jobs hold them."""
+        from ..monitor import gpu_inventory
+
+        gpus: list[dict[str, Any]] = []
+        reason = None
+        try:
+            inventory = gpu_inventory()
+        except MonitorUnavailableError as e:
+            inventory, reason = [], e.reason
+        holders: dict[int, list[dict[str, Any]]] = {g.index: [] for g in inventory}
+        jobs = []
+        for row in self.store.active_rows():
+            spec = json.loads(row["spec_json"])
+            alloc = json.loads(row["gpu_alloc"]) if row["gpu_alloc"] else []
+            share = float(spec.get("gpus", 0))
+            for rank, indices in enumerate(alloc):
+                for i in indices:
+                    holders.setdefault(i, []).append({"job": row["name"], "rank": rank, "share": min(share, 1.0)})
+            jobs.append({"name": row["name"], "status": row["status"], "gpus": share * int(spec.get("workers", 1))})
+        for g in inventory:
+            used = sum(h["share"] for h in holders.get(g.index, []))
+            gpus.append({"index": g.index, "uuid": g.uuid, "name": g.name,
+                         "memory_total": g.memory_total, "allocated": used, "holders": holders[g.index]})  # fmt: skip
+        mem = psutil.virtual_memory()
+        return [
+            {
+                "name": socket.gethostname(),
+                "backend": self.name,
+                "cpu_count": os.cpu_count(),
+                "memory_total": mem.total,
+                "gpus": gpus,
+                "gpu_reason": reason,
+                "active_jobs": jobs,
+            }
+        ]
+
+
+def _alive(pid: int, ctime: float | None) -> bool:
+    """True when ``pid`` still names the process created at ``ctime`` (guards PID reuse)."""
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return ctime is None or abs(p.create_time() - ctime) < 1.0
+    except psutil.Error:
+        return False
+
+
+def _tail_offset(f: Any, lines: int) -> int:
+    """Byte offset where the last ``lines`` lines start (reads backwards in blocks)."""
+    f.seek(0, os.SEEK_END)
+    end = pos = f.tell()
+    seen = 0
+    block = 64 * 1024
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        f.seek(pos)
+        chunk = f.read(step)
+        if pos + step == end and chunk.endswith(b"\n"):
+            chunk = chunk[:-1]
+        seen += chunk.count(b"\n")
+        if seen >= lines:
+            # find the exact start inside this chunk
+            idx = len(chunk)
+            for _ in range(seen - lines + 1):
+                idx = chunk.rfind(b"\n", 0, idx)
+            return pos + idx + 1
+    return 0
+
+
+def _read_log(path: Path, follow: bool, tail: int | None, finished: Any) -> Iterator[str]:
+    """Yield decoded lines; partial last lines wait for their newline unless the job ended."""
+    while not path.exists():
+        if not follow or finished():
+            return
+        time.sleep(0.2)
+    with open(path, "rb") as f:
+        if tail is not None:
+            f.seek(_tail_offset(f, tail) if tail > 0 else f.seek(0, os.SEEK_END))
+        buf = b""
+        pending: deque[str] = deque()
+        idle = 0.05
+        while True:
+            chunk = f.read(256 * 1024)
+            if chunk:
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                pending.extend(line.decode("utf-8", "replace") for line in lines)
+                while pending:
+                    yield pending.popleft()
+                idle = 0.05
+                continue
+            if not follow:
+                break
+            if finished():
+                rest = f.read()
+                if rest:
+                    buf += rest
+                    continue
+                break
+            time.sleep(idle)
+            idle = min(idle * 2, 0.5)
+        if buf:
+            yield buf.decode("utf-8", "replace")

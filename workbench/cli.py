@@ -1,0 +1,319 @@
+"""The ``workbench`` command: submit, list, get, logs, cancel, top (Arena's verbs), and more."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import SpecError, WorkbenchError
+from .flags import add_spec_flags, spec_from_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole CLI grammar."""
+    p = argparse.ArgumentParser(
+        prog="workbench",
+        description="Launch and manage distributed training jobs (local processes or a cluster).",
+    )
+    p.add_argument("--version", action="version", version=f"workbench {_version()}")
+    sub = p.add_subparsers(dest="verb", metavar="VERB")
+    sub.required = True
+
+    s = sub.add_parser("submit", help="submit a training job", description="Submit a training job. "
+                       "Put the command after the flags, e.g. `workbench submit --workers 2 -- python train.py`.")  # fmt: skip
+    add_spec_flags(s)
+    s.add_argument("-f", "--file", help="read the spec from a YAML file (flags override it)")
+    s.add_argument("--wait", action="store_true", help="follow the job to its end; exit non-zero unless it succeeded")
+    s.add_argument("--follow-logs", action="store_true", help="with --wait, stream rank 0's log meanwhile")
+    _output_flag(s, long="--format")  # --output is the data upload flag here
+    s.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
+
+    ls = sub.add_parser("list", aliases=["ls"], help="list jobs")
+    ls.add_argument("--status", action="append", help="only jobs in this status (repeatable)")
+    _output_flag(ls, choices=("table", "json", "wide"))
+
+    g = sub.add_parser("get", help="show one job: spec, ranks, exit codes, timings, events")
+    g.add_argument("name")
+    _output_flag(g, choices=("text", "json", "yaml"))
+
+    lg = sub.add_parser("logs", help="print a rank's logs")
+    lg.add_argument("name")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    lg.add_argument("-r", "--rank", type=int, default=0, help="which rank (default 0)")
+    lg.add_argument("-t", "--tail", type=int, help="only the last N lines")
+
+    c = sub.add_parser("cancel", aliases=["stop"], help="cancel jobs (every process of them)")
+    c.add_argument("names", nargs="+", metavar="name")
+
+    d = sub.add_parser("delete", aliases=["rm"], help="forget finished jobs and their files")
+    d.add_argument("names", nargs="+", metavar="name")
+
+    r = sub.add_parser("rerun", help="run a job's exact spec and script snapshot again")
+    r.add_argument("name")
+    r.add_argument("--name", dest="new_name", help="name of the new job")
+    r.add_argument("--wait", action="store_true", help="follow the new job to its end")
+    _output_flag(r)
+
+    t = sub.add_parser("top", help="GPUs on this host and their allocation to jobs")
+    t.add_argument("what", nargs="?", choices=["node", "job"], default="node")
+    _output_flag(t)
+
+    for verb, helptext in (("images", "the deep-learning image catalogue"), ("specs", "instance specs and prices")):
+        x = sub.add_parser(verb, help=helptext)
+        _output_flag(x)
+    return p
+
+
+def _output_flag(
+    p: argparse.ArgumentParser, choices: Sequence[str] = ("text", "json"), long: str = "--output"
+) -> None:
+    p.add_argument("-o", long, dest="fmt", choices=list(choices), default=choices[0],
+                   help=f"output format ({', '.join(choices)})")  # fmt: skip
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; WorkbenchErrors become one line on stderr, never a traceback."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if args and args[0] == "submit" and "--" in args:
+        i = args.index("--")
+        args, command = args[:i], args[i + 1 :]
+    parser = build_parser()
+    ns = parser.parse_args(args)
+    if ns.verb == "submit":
+        command = command or list(ns.command)
+    try:
+        return int(run(ns, command) or 0)
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def run(ns: argparse.Namespace, command: list[str]) -> int:
+    """Carry out one parsed verb."""
+    from .api import default_manager
+
+    m = default_manager()
+    verb = ns.verb
+    if verb == "submit":
+        from .spec import TrainSpec
+
+        base = TrainSpec.from_yaml(ns.file) if ns.file else None
+        spec = spec_from_args(ns, command, base)
+        record = m.submit(spec)
+        if ns.fmt == "json" and not ns.wait:
+            _print_json(record.to_dict())
+        else:
+            print(f"job {record.name} submitted ({record.backend}); follow it with `workbench logs -f {record.name}`",
+                  file=sys.stderr if ns.fmt == "json" else sys.stdout)  # fmt: skip
+        if ns.wait:
+            return _wait(m, record.name, ns.fmt, ns.follow_logs)
+        return 0
+    if verb in ("list", "ls"):
+        records = m.list(status=ns.status)
+        if ns.fmt == "json":
+            _print_json([r.to_dict() for r in records])
+        else:
+            print(_jobs_table(records, wide=ns.fmt == "wide"))
+        return 0
+    if verb == "get":
+        record = m.get(ns.name)
+        if ns.fmt == "json":
+            _print_json(record.to_dict())
+        elif ns.fmt == "yaml":
+            import yaml
+
+            print(yaml.safe_dump(record.to_dict(), sort_keys=False), end="")
+        else:
+            print(_describe(record))
+        return 0
+    if verb == "logs":
+        for line in m.logs(ns.name, rank=ns.rank, follow=ns.follow, tail=ns.tail):
+            print(line, flush=ns.follow)
+        return 0
+    if verb in ("cancel", "stop"):
+        for name in ns.names:
+            record = m.cancel(name)
+            print(f"job {name}: {record.status.value}")
+        return 0
+    if verb in ("delete", "rm"):
+        for name in ns.names:
+            m.delete(name)
+            print(f"job {name} deleted")
+        return 0
+    if verb == "rerun":
+        record = m.rerun(ns.name, new_name=ns.new_name)
+        if ns.fmt == "json" and not ns.wait:
+            _print_json(record.to_dict())
+        else:
+            print(f"job {record.name} submitted (rerun of {ns.name})")
+        return _wait(m, record.name, ns.fmt, False) if ns.wait else 0
+    if verb == "top":
+        nodes = m.nodes()
+        if ns.what == "job":
+            records = m.list(status=["Pending", "Running"])
+            if ns.fmt == "json":
+                _print_json([r.to_dict() for r in records])
+            else:
+                print(_jobs_table(records, wide=True))
+        elif ns.fmt == "json":
+            _print_json(nodes)
+        else:
+            print(_top_text(nodes))
+        return 0
+    if verb == "images":
+        images = m.catalog.images
+        if ns.fmt == "json":
+            _print_json({n: {"framework": i.framework, "default": i.default_tag, "tags": i.tags,
+                             "description": i.description} for n, i in images.items()})  # fmt: skip
+        else:
+            rows = [(f"{n}:{t}" + (" (default)" if t == i.default_tag else ""), i.framework, ref)
+                    for n, i in images.items() for t, ref in i.tags.items()]  # fmt: skip
+            print(_table(("IMAGE", "FRAMEWORK", "REFERENCE"), rows))
+        return 0
+    if verb == "specs":
+        specs = m.catalog.specs
+        if ns.fmt == "json":
+            _print_json({n: s.to_dict() for n, s in specs.items()})
+        else:
+            rows = [(s.name, f"{s.gpus:g}", s.gpu_model or "-", str(s.cpu), s.memory, f"${s.price_per_hour:.2f}")
+                    for s in specs.values()]  # fmt: skip
+            print(_table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), rows))
+        return 0
+    raise AssertionError(verb)  # argparse limits the verbs
+
+
+def _wait(m: Any, name: str, fmt: str, follow_logs: bool) -> int:
+    if follow_logs:
+        for line in m.logs(name, rank=0, follow=True):
+            print(line, flush=True)
+    record = m.wait(name)
+    if fmt == "json":
+        _print_json(record.to_dict())
+    else:
+        from .api import describe
+
+        print(describe(record))
+    return 0 if record.status.value == "Succeeded" else 1
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def _age(ts: float) -> str:
+    from .api import format_duration
+
+    return format_duration(time.time() - ts)
+
+
+def _jobs_table(records: list[Any], wide: bool = False) -> str:
+    if not records:
+        return "No jobs. Submit one with `workbench submit -- python train.py`."
+    headers: tuple[str, ...] = ("NAME", "STATUS", "WORKERS", "GPUS", "AGE", "COST")
+    if wide:
+        headers += ("ATTEMPT", "BACKEND", "MESSAGE")
+    rows = []
+    for r in records:
+        row: tuple[str, ...] = (r.name, r.status.value, str(r.workers), f"{r.gpus_total:g}", _age(r.created_at),
+                                f"${r.cost():.4f}")  # fmt: skip
+        if wide:
+            row += (str(r.attempt), r.backend, r.message[:60])
+        rows.append(row)
+    return _table(headers, rows)
+
+
+def _ts(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _describe(r: Any) -> str:
+    from .api import format_duration
+
+    s = r.spec
+    lines = [
+        f"Name:       {r.name}",
+        f"Status:     {r.status.value}" + (f"  ({r.message})" if r.message else ""),
+        f"Attempt:    {r.attempt} of {int(s.get('max_retries', 0)) + 1}",
+        f"Backend:    {r.backend} (runtime: {r.runtime})",
+        f"Image:      {s.get('image')} -> {r.image}",
+    ]
+    if r.backend == "local" and r.runtime == "process":
+        lines.append("            (not pulled: workers run as local processes in the submitting Python environment)")
+    lines += [
+        f"Command:    {' '.join(s.get('command', []))}",
+        f"Workdir:    {s.get('working_dir')}",
+        f"Workers:    {r.workers} x {s.get('procs_per_worker')} process(es), framework {s.get('framework')}",
+        f"GPUs:       {float(s.get('gpus', 0)):g} per worker, spec {s.get('instance_spec')} "
+        f"(${r.price_per_hour:.2f}/h per worker)",
+        f"Created:    {_ts(r.created_at)}",
+        f"Started:    {_ts(r.started_at)}",
+        f"Finished:   {_ts(r.finished_at)}",
+        f"Duration:   {format_duration(r.elapsed())}",
+        f"Cost:       ${r.cost():.4f}",
+    ]
+    if s.get("data"):
+        lines.append(f"Data:       {', '.join(s['data'])}")
+    if s.get("env"):
+        lines.append(f"Env:        {', '.join(f'{k}={v}' for k, v in s['env'].items())}")
+    if r.job_dir:
+        lines.append(f"Job dir:    {r.job_dir}")
+    if r.ranks:
+        lines.append("Ranks:")
+        rows = []
+        for x in r.ranks:
+            dur = format_duration((x.finished_at or time.time()) - x.started_at) if x.started_at else "-"
+            rows.append((str(x.rank), x.state.value, str(x.pid or "-"),
+                         "-" if x.exit_code is None else str(x.exit_code), x.gpus or "-", dur))  # fmt: skip
+        lines += ["  " + ln for ln in _table(("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows).splitlines()]
+    if r.events:
+        lines.append("Events:")
+        rows = [(time.strftime("%H:%M:%S", time.localtime(e.time)), e.reason, e.message) for e in r.events]
+        lines += ["  " + ln for ln in _table(("TIME", "REASON", "MESSAGE"), rows).splitlines()]
+    return "\n".join(lines)
+
+
+def _top_text(nodes: list[dict[str, Any]]) -> str:
+    out = []
+    for n in nodes:
+        out.append(f"Host {n['name']} ({n['backend']}): {n['cpu_count']} vCPU, "
+                   f"{n['memory_total'] / 2**30:.1f} GiB memory")  # fmt: skip
+        if n["gpu_reason"]:
+            out.append(f"  GPUs: none - {n['gpu_reason']}")
+        else:
+            rows = []
+            for g in n["gpus"]:
+                holders = ", ".join(f"{h['job']}/{h['rank']}" for h in g["holders"]) or "-"
+                rows.append((str(g["index"]), g["name"], f"{g['memory_total'] / 2**30:.0f} GiB",
+                             f"{g['allocated']:g}", holders))  # fmt: skip
+            out += ["  " + ln for ln in _table(("GPU", "NAME", "MEMORY", "ALLOCATED", "JOBS"), rows).splitlines()]
+        jobs = n["active_jobs"]
+        out.append(f"  Active jobs: {len(jobs)}" + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else ""))
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Settings read from WORKBENCH_* environment variables and the user config file.
+
+Precedence: explicit constructor arguments > environment > config file > defaults.
+No Jupyter machinery here, so the CLI and the magics work without a server.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import SpecError
+
+
+def _default_home() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "workbench"
+
+
+def _default_config_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "workbench" / "config.yaml"
+
+
+@dataclass
+class Settings:
+    """Where workbench keeps its state and which defaults it uses."""
+
+    home: Path = field(default_factory=_default_home)
+    backend: str = "local"
+    catalog_file: Path | None = None
+    # Seconds a rank gets between SIGTERM and SIGKILL when a gang is stopped.
+    stop_grace: float = 10.0
+    # Extra credentials/options for data stores, keyed by scheme (read by workbench.data).
+    storage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
+        """Build settings from defaults, the config file, the environment and overrides."""
+        values: dict[str, Any] = {}
+        path = Path(os.environ.get("WORKBENCH_CONFIG", "") or (config_file or _default_config_file()))
+        if path.is_file():
+            values.update(_read_config(path))
+        env = os.environ
+        if env.get("WORKBENCH_HOME"):
+            values["home"] = env["WORKBENCH_HOME"]
+        if env.get("WORKBENCH_BACKEND"):
+            values["backend"] = env["WORKBENCH_BACKEND"]
+        if env.get("WORKBENCH_CATALOG"):
+            values["catalog_file"] = env["WORKBENCH_CATALOG"]
+        if env.get("WORKBENCH_STOP_GRACE"):
+            values["stop_grace"] = env["WORKBENCH_STOP_GRACE"]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls._coerce(values)
+
+    @classmethod
+    def _coerce(cls, values: dict[str, Any]) -> Settings:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise SpecError(
+                f"config.{unknown[0]}",
+                "unknown setting",
+                f"known settings: {', '.join(sorted(known))}",
+            )
+        out = cls()
+        if "home" in values:
+            out.home = Path(values["home"]).expanduser()
+        if "backend" in values:
+            out.backend = str(values["backend"])
+        if values.get("catalog_file"):
+            out.catalog_file = Path(values["catalog_file"]).expanduser()
+        if "stop_grace" in values:
+            try:
+                out.stop_grace = float(values["stop_grace"])
+            except (TypeError, ValueError):
+                raise SpecError(
+                    "stop_grace", f"{values['stop_grace']!r} is not a number", "give seconds, e.g. 10"
+                ) from None
+        if "storage" in values:
+            if not isinstance(values["storage"], dict):
+                raise SpecError("config.storage", "must be a mapping of scheme to options")
+            out.storage = dict(values["storage"])
+        return out
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SpecError(str(path), f"is not valid YAML: {e}", "fix the file or remove it") from None
+    if not isinstance(data, dict):
+        raise SpecError(str(path), "must hold a mapping of setting names to values")
+    return data

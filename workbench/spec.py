@@ -1,0 +1,466 @@
+"""What a job is: TrainSpec (the request), Mount, JobStatus and JobRecord (the wire model).
+
+Standard library and yaml only. Validation raises SpecError naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .catalog import FRAMEWORKS, Catalog, load_catalog
+from .errors import SpecError
+
+DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME = 50  # room for "-worker-NN" and a pod's random suffix within 63
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+# Set by workbench for every rank (contract.py); a user value would break the world.
+RESERVED_ENV = frozenset(
+    {
+        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+        "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
+        "PET_MASTER_PORT", "TF_CONFIG", "CUDA_VISIBLE_DEVICES",
+    }
+)  # fmt: skip
+SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE)", re.I)
+REDACTED = "***"
+MOUNT_MODES = ("ro", "rw")
+
+
+class JobStatus(str, enum.Enum):
+    """The life of a job."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job can change no more."""
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+class RankState(str, enum.Enum):
+    """The life of one worker (rank) within the current attempt."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"  # ended by workbench: gang failure, cancel or timeout
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A data mount ``SRC:DST[:ro|rw]``; ``src`` is a local path or any fsspec URL."""
+
+    src: str
+    dst: str
+    mode: str = "ro"
+
+    @classmethod
+    def parse(cls, text: str, field_name: str = "data") -> Mount:
+        """Parse ``SRC:DST[:ro|rw]`` (SRC may itself hold ``://``)."""
+        raw = text.strip()
+        mode = "ro"
+        for m in MOUNT_MODES:
+            if raw.endswith(":" + m):
+                raw, mode = raw[: -len(m) - 1], m
+        src, sep, dst = raw.rpartition(":")
+        if not sep or not src or not dst or src.endswith(":/") or dst.startswith("//"):
+            raise SpecError(
+                field_name,
+                f"malformed mount {text!r}",
+                "write SRC:DST[:ro|rw], e.g. oss://bucket/imagenet:/data or ./data:/data:rw",
+            )
+        return cls(src=src, dst=dst, mode=mode)
+
+    @property
+    def scheme(self) -> str:
+        """The URL scheme of ``src`` ('' for a local path)."""
+        m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", self.src)
+        return m.group(1).lower() if m else ""
+
+    def __str__(self) -> str:
+        return f"{self.src}:{self.dst}:{self.mode}"
+
+
+def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
+    """Seconds from 90, "90", "30m", "2h" or "1h30m"; None stays None."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        text = str(value).strip()
+        try:
+            seconds = float(text)
+        except ValueError:
+            m = DURATION.match(text)
+            if not m or not any(m.groups()):
+                raise SpecError(
+                    field_name, f"{value!r} is not a duration", "write seconds or e.g. 30m, 2h, 1h30m"
+                ) from None
+            h, mi, s = (float(g or 0) for g in m.groups())
+            seconds = h * 3600 + mi * 60 + s
+    if seconds <= 0 or math.isinf(seconds) or math.isnan(seconds):
+        raise SpecError(field_name, f"must be positive, got {value!r}", "e.g. 30m")
+    return seconds
+
+
+def _as_int(value: Any, field_name: str, minimum: int, fix: str) -> int:
+    if isinstance(value, bool):
+        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix) from None
+    if number != int(number):
+        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix)
+    if number < minimum:
+        raise SpecError(field_name, f"must be at least {minimum}, got {int(number)}", fix)
+    return int(number)
+
+
+@dataclass
+class TrainSpec:
+    """A request for a distributed training job. Field names follow Kubeflow where they overlap."""
+
+    command: list[str]
+    name: str | None = None
+    image: str = "pytorch"
+    workers: int = 1
+    gpus: float = 0
+    procs_per_worker: int | None = None
+    instance_spec: str | None = None
+    cpu: float | None = None
+    memory: str | None = None
+    framework: str | None = None
+    data: list[Mount] = field(default_factory=list)
+    outputs: list[Mount] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+    max_retries: int = 0
+    timeout: float | None = None
+    priority: str | None = None
+    queue: str | None = None
+    backend: str | None = None
+
+    # Accepted on input for people who know Arena/Kubeflow spellings.
+    ALIASES = {
+        "nproc_per_node": "procs_per_worker",
+        "nprocPerNode": "procs_per_worker",
+        "retry": "max_retries",
+        "spec": "instance_spec",
+        "workdir": "working_dir",
+        "workingDir": "working_dir",
+    }
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], base_dir: Path | None = None) -> TrainSpec:
+        """Build a spec from a mapping (YAML file, JSON body); unknown keys are errors."""
+        if not isinstance(data, dict):
+            raise SpecError("spec", "must be a mapping of field names to values")
+        known = {f.name for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, value in data.items():
+            name = cls.ALIASES.get(key, key)
+            if name not in known:
+                raise SpecError(
+                    str(key), "unknown field", f"known fields: {', '.join(sorted(known))}"
+                )
+            values[name] = value
+        if "command" not in values:
+            raise SpecError("command", "is required", "give the program to run, e.g. [python, train.py]")
+        command = values["command"]
+        if isinstance(command, str):
+            import shlex
+
+            command = shlex.split(command)
+        values["command"] = command
+        for key in ("data", "outputs"):
+            if key in values:
+                items = values[key] or []
+                if not isinstance(items, list):
+                    raise SpecError(key, "must be a list of SRC:DST strings")
+                values[key] = [
+                    m if isinstance(m, Mount) else _mount_from(m, key) for m in items
+                ]
+        if values.get("env") is None:
+            values.pop("env", None)
+        if "timeout" in values:
+            values["timeout"] = parse_duration(values["timeout"])
+        spec = cls(**values)
+        if spec.working_dir and base_dir and not Path(spec.working_dir).is_absolute():
+            spec.working_dir = str((base_dir / spec.working_dir).resolve())
+        return spec
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> TrainSpec:
+        """Read a spec from a YAML file; relative working_dir resolves against the file."""
+        import yaml
+
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text())
+        except OSError as e:
+            raise SpecError("file", f"cannot read {p}: {e.strerror}", "check the path") from None
+        except yaml.YAMLError as e:
+            raise SpecError("file", f"{p} is not valid YAML: {e}") from None
+        return cls.from_dict(data, base_dir=p.parent.resolve())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plain form (round-trips through from_dict); env values are as given."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("data", "outputs"):
+                value = [str(m) for m in value]
+            elif f.name == "env":
+                value = dict(value)
+            elif f.name == "command":
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    def to_yaml(self) -> str:
+        """YAML text of to_dict()."""
+        import yaml
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    # ---- secrets ------------------------------------------------------------------------
+    def secret_env(self) -> dict[str, str]:
+        """The env entries whose names look like credentials."""
+        return {k: v for k, v in self.env.items() if SECRET_ENV.search(k)}
+
+    def redacted(self) -> TrainSpec:
+        """A copy safe to store, show or log: credential-looking env values are masked."""
+        copy = TrainSpec.from_dict(self.to_dict())
+        copy.env = {k: (REDACTED if SECRET_ENV.search(k) else v) for k, v in self.env.items()}
+        return copy
+
+    # ---- validation ---------------------------------------------------------------------
+    def validate(self, catalog: Catalog | None = None, backends: tuple[str, ...] = ()) -> TrainSpec:
+        """Check every field and fill defaults; returns self. Raises SpecError."""
+        catalog = catalog or load_catalog()
+        if not isinstance(self.command, list) or not self.command or not all(
+            isinstance(a, str) and a for a in self.command
+        ):
+            raise SpecError(
+                "command", "must be a non-empty list of strings", "e.g. python train.py --epochs 3"
+            )
+        if self.name is not None:
+            if not isinstance(self.name, str) or not DNS1123.match(self.name):
+                raise SpecError(
+                    "name",
+                    f"{self.name!r} is not a valid job name",
+                    "use lowercase letters, digits and '-', starting and ending with a letter "
+                    "or digit (DNS-1123), e.g. mnist-1",
+                )
+            if len(self.name) > MAX_NAME:
+                raise SpecError("name", f"is {len(self.name)} characters long", f"keep it to {MAX_NAME}")
+        self.workers = _as_int(self.workers, "workers", 1, "give 1 or more workers, e.g. --workers 2")
+        if self.workers > 1024:
+            raise SpecError("workers", f"{self.workers} is more than 1024", "use fewer workers")
+        self.gpus = self._check_gpus(self.gpus)
+        ref, image = catalog.resolve_image(self.image) if isinstance(self.image, str) else (None, None)
+        if ref is None:
+            raise SpecError("image", "must be a string", "e.g. pytorch or pytorch:2.13")
+        if self.framework is None:
+            self.framework = image.framework if image else "pytorch"
+        if self.framework not in FRAMEWORKS:
+            raise SpecError(
+                "framework", f"unknown framework {self.framework!r}", f"use one of {', '.join(FRAMEWORKS)}"
+            )
+        if self.instance_spec is None:
+            self.instance_spec = catalog.smallest_spec_for(self.gpus).name
+        offer = catalog.spec(self.instance_spec)
+        if self.gpus > offer.gpus:
+            raise SpecError(
+                "gpus",
+                f"{self.gpus:g} GPUs per worker is more than spec {offer.name} offers ({offer.gpus:g})",
+                f"lower --gpus or pick a larger spec, e.g. {catalog.smallest_spec_for(self.gpus).name}",
+            )
+        if self.procs_per_worker is None:
+            self.procs_per_worker = max(1, int(self.gpus)) if self.gpus >= 1 else 1
+        self.procs_per_worker = _as_int(
+            self.procs_per_worker, "procs_per_worker", 1, "give 1 or more, usually one per GPU"
+        )
+        if self.cpu is not None:
+            try:
+                self.cpu = float(self.cpu)
+            except (TypeError, ValueError):
+                raise SpecError("cpu", f"{self.cpu!r} is not a number", "e.g. 4 or 0.5") from None
+            if self.cpu <= 0:
+                raise SpecError("cpu", f"must be positive, got {self.cpu:g}", "e.g. 4")
+        if self.memory is not None and not MEMORY.match(str(self.memory)):
+            raise SpecError("memory", f"{self.memory!r} is not a quantity", "e.g. 16Gi or 512Mi")
+        if not isinstance(self.env, dict):
+            raise SpecError("env", "must be a mapping of NAME to value", "e.g. --env LR=0.1")
+        for key, value in self.env.items():
+            if not isinstance(key, str) or not ENV_NAME.match(key):
+                raise SpecError(
+                    f"env.{key}", "is not a valid variable name", "use letters, digits and _, not starting with a digit"
+                )
+            if key in RESERVED_ENV:
+                raise SpecError(f"env.{key}", "is set by workbench for every rank", "remove it")
+            self.env[key] = str(value)
+        for key in ("data", "outputs"):
+            for m in getattr(self, key):
+                if not isinstance(m, Mount):
+                    raise SpecError(key, f"{m!r} is not a mount", "write SRC:DST[:ro|rw]")
+                if m.mode not in MOUNT_MODES:
+                    raise SpecError(key, f"mode {m.mode!r} of {m}", "use ro or rw")
+                if ".." in Path(m.dst).parts:
+                    raise SpecError(key, f"destination {m.dst!r} climbs out with '..'", "use a plain path")
+        self.max_retries = _as_int(self.max_retries, "max_retries", 0, "give 0 or more, e.g. --retry 2")
+        self.timeout = parse_duration(self.timeout)
+        if self.backend is not None and backends and self.backend not in backends:
+            raise SpecError("backend", f"unknown backend {self.backend!r}", f"use one of {', '.join(backends)}")
+        return self
+
+    def _check_gpus(self, value: Any) -> float:
+        try:
+            gpus = float(value)
+        except (TypeError, ValueError):
+            raise SpecError("gpus", f"{value!r} is not a number", "e.g. --gpus 1 or --gpus 0.5") from None
+        if gpus < 0 or math.isnan(gpus):
+            raise SpecError("gpus", f"must be 0 or more, got {value!r}", "use 0 for CPU-only")
+        if gpus > 1 and gpus != int(gpus):
+            raise SpecError("gpus", f"{gpus:g} is neither whole nor a fraction of one GPU", "e.g. 0.5, 1 or 2")
+        return gpus
+
+    def image_ref(self, catalog: Catalog | None = None) -> str:
+        """The full image reference this spec runs."""
+        return (catalog or load_catalog()).resolve_image(self.image)[0]
+
+    @property
+    def world_size(self) -> int:
+        """Processes in the whole job."""
+        return self.workers * (self.procs_per_worker or 1)
+
+
+def _mount_from(value: Any, field_name: str) -> Mount:
+    if isinstance(value, str):
+        return Mount.parse(value, field_name)
+    if isinstance(value, dict) and "src" in value and "dst" in value:
+        return Mount(src=str(value["src"]), dst=str(value["dst"]), mode=str(value.get("mode", "ro")))
+    raise SpecError(field_name, f"{value!r} is not a mount", "write SRC:DST[:ro|rw]")
+
+
+@dataclass
+class RankRecord:
+    """One worker of the current attempt."""
+
+    rank: int
+    state: RankState = RankState.PENDING
+    pid: int | None = None
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    gpus: str | None = None  # CUDA_VISIBLE_DEVICES it was given
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form."""
+        return {
+            "rank": self.rank,
+            "state": self.state.value,
+            "pid": self.pid,
+            "exit_code": self.exit_code,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "gpus": self.gpus,
+        }
+
+
+@dataclass
+class JobEvent:
+    """Something that happened to a job: submitted, started, restarted, failed, ..."""
+
+    time: float
+    reason: str
+    message: str
+    level: str = "info"  # info | warning | error
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form."""
+        return {"time": self.time, "reason": self.reason, "message": self.message, "level": self.level}
+
+
+@dataclass
+class JobRecord:
+    """A job as every surface sees it; to_dict() is the REST wire model."""
+
+    name: str
+    status: JobStatus
+    backend: str
+    spec: dict[str, Any]
+    image: str
+    runtime: str = "process"
+    created_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+    attempt: int = 1
+    message: str = ""
+    price_per_hour: float = 0.0
+    job_dir: str | None = None
+    ranks: list[RankRecord] = field(default_factory=list)
+    events: list[JobEvent] = field(default_factory=list)
+
+    @property
+    def workers(self) -> int:
+        """Workers requested."""
+        return int(self.spec.get("workers", 1))
+
+    @property
+    def gpus_total(self) -> float:
+        """GPUs across all workers."""
+        return float(self.spec.get("gpus", 0)) * self.workers
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Seconds the job has been running (0 before it starts)."""
+        if self.started_at is None:
+            return 0.0
+        end = self.finished_at or (now if now is not None else time.time())
+        return max(0.0, end - self.started_at)
+
+    def cost(self, now: float | None = None) -> float:
+        """Estimated cost so far: spec price x seconds x workers."""
+        return self.price_per_hour / 3600.0 * self.elapsed(now) * self.workers
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire model (mirrored by labextension/src/models.ts)."""
+        now = time.time()
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "backend": self.backend,
+            "runtime": self.runtime,
+            "image": self.image,
+            "spec": self.spec,
+            "created_at": self.created_at,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "elapsed": self.elapsed(now),
+            "attempt": self.attempt,
+            "max_retries": int(self.spec.get("max_retries", 0)),
+            "message": self.message,
+            "price_per_hour": self.price_per_hour,
+            "cost": round(self.cost(now), 6),
+            "workers": self.workers,
+            "gpus": self.gpus_total,
+            "job_dir": self.job_dir,
+            "ranks": [r.to_dict() for r in self.ranks],
+            "events": [e.to_dict() for e in self.events],
+        }

@@ -1,0 +1,278 @@
+"""The SQLite (WAL) job store shared by kernels, the Jupyter server, the CLI and supervisors.
+
+Every local job lives here: its record, per-rank state, events and the supervisor's
+bookkeeping. WAL lets many readers follow while one supervisor writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    image TEXT NOT NULL,
+    spec_json TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    started_at REAL,
+    finished_at REAL,
+    attempt INTEGER NOT NULL DEFAULT 1,
+    message TEXT NOT NULL DEFAULT '',
+    price_per_hour REAL NOT NULL DEFAULT 0,
+    job_dir TEXT,
+    supervisor_pid INTEGER,
+    supervisor_ctime REAL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    gpu_alloc TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
+CREATE TABLE IF NOT EXISTS ranks (
+    job TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    pid INTEGER,
+    ctime REAL,
+    exit_code INTEGER,
+    started_at REAL,
+    finished_at REAL,
+    gpus TEXT,
+    PRIMARY KEY (job, rank)
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    time REAL NOT NULL,
+    reason TEXT NOT NULL,
+    message TEXT NOT NULL,
+    level TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job, id);
+"""
+
+JOB_COLUMNS = (
+    "status", "runtime", "image", "started_at", "finished_at", "attempt", "message",
+    "job_dir", "supervisor_pid", "supervisor_ctime", "cancel_requested", "gpu_alloc",
+)  # fmt: skip
+
+
+class JobStore:
+    """Jobs, ranks and events in one SQLite file; safe across threads and processes."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()
+        self._conn().executescript(SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def insert(self, record: JobRecord) -> None:
+        """Add a new job; raises sqlite3.IntegrityError when the name is taken."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
+                " attempt, message, price_per_hour, job_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    record.name, record.backend, record.status.value, record.runtime,
+                    record.image, json.dumps(record.spec), record.created_at, record.attempt,
+                    record.message, record.price_per_hour, record.job_dir,
+                ),
+            )  # fmt: skip
+            for ev in record.events:
+                self._add_event(db, record.name, ev)
+
+    def exists(self, name: str) -> bool:
+        """True when a job called ``name`` is stored."""
+        row = self._conn().execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone()
+        return row is not None
+
+    def update(self, name: str, event: JobEvent | None = None, **columns: Any) -> None:
+        """Set job columns (and add an event) in one transaction."""
+        bad = set(columns) - set(JOB_COLUMNS)
+        if bad:
+            raise KeyError(f"unknown job columns {sorted(bad)}")
+        with self._tx() as db:
+            if columns:
+                values = [c.value if isinstance(c, JobStatus) else c for c in columns.values()]
+                sets = ", ".join(f"{k}=?" for k in columns)
+                db.execute(f"UPDATE jobs SET {sets} WHERE name=?", (*values, name))
+            if event is not None:
+                self._add_event(db, name, event)
+
+    def row(self, name: str) -> dict[str, Any] | None:
+        """The raw job row, bookkeeping columns included (for backends)."""
+        r = self._conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
+        return dict(r) if r else None
+
+    def active_rows(self) -> list[dict[str, Any]]:
+        """Raw rows of jobs not yet finished."""
+        rows = self._conn().execute(
+            "SELECT * FROM jobs WHERE status IN (?, ?)",
+            (JobStatus.PENDING.value, JobStatus.RUNNING.value),
+        ).fetchall()
+        return [dict(r) for r in rows]
+
+    def get(self, name: str) -> JobRecord | None:
+        """The job called ``name`` with its ranks and events, or None."""
+        records = self._records("WHERE name=?", (name,))
+        return records[0] if records else None
+
+    def list(
+        self,
+        status: list[str] | None = None,
+        backend: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        with_events: bool = True,
+    ) -> list[JobRecord]:
+        """Jobs, newest first, optionally filtered by status and backend."""
+        where, args = [], []
+        if status:
+            where.append(f"status IN ({','.join('?' * len(status))})")
+            args.extend(status)
+        if backend:
+            where.append("backend=?")
+            args.append(backend)
+        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        clause += " ORDER BY created_at DESC, name"
+        if limit is not None:
+            clause += " LIMIT ? OFFSET ?"
+            args.extend([limit, offset])
+        return self._records(clause, tuple(args), with_events=with_events)
+
+    def count(self, status: list[str] | None = None) -> int:
+        """How many jobs (optionally in these states)."""
+        if status:
+            q = f"SELECT COUNT(*) FROM jobs WHERE status IN ({','.join('?' * len(status))})"
+            return int(self._conn().execute(q, status).fetchone()[0])
+        return int(self._conn().execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+
+    def delete(self, name: str) -> None:
+        """Forget a job entirely."""
+        with self._tx() as db:
+            for table, col in (("jobs", "name"), ("ranks", "job"), ("events", "job")):
+                db.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
+
+    def _records(self, clause: str, args: tuple[Any, ...], with_events: bool = True) -> list[JobRecord]:
+        db = self._conn()
+        rows = db.execute(f"SELECT * FROM jobs {clause}", args).fetchall()
+        if not rows:
+            return []
+        names = [r["name"] for r in rows]
+        ranks: dict[str, list[RankRecord]] = {n: [] for n in names}
+        events: dict[str, list[JobEvent]] = {n: [] for n in names}
+        for chunk in _chunks(names, 500):
+            marks = ",".join("?" * len(chunk))
+            for r in db.execute(f"SELECT * FROM ranks WHERE job IN ({marks}) ORDER BY rank", chunk):
+                ranks[r["job"]].append(
+                    RankRecord(
+                        rank=r["rank"], state=RankState(r["state"]), pid=r["pid"],
+                        exit_code=r["exit_code"], started_at=r["started_at"],
+                        finished_at=r["finished_at"], gpus=r["gpus"],
+                    )
+                )  # fmt: skip
+            if with_events:
+                q = f"SELECT * FROM events WHERE job IN ({marks}) ORDER BY id"
+                for e in db.execute(q, chunk):
+                    events[e["job"]].append(JobEvent(e["time"], e["reason"], e["message"], e["level"]))
+        return [
+            JobRecord(
+                name=r["name"], status=JobStatus(r["status"]), backend=r["backend"],
+                spec=json.loads(r["spec_json"]), image=r["image"], runtime=r["runtime"],
+                created_at=r["created_at"], started_at=r["started_at"],
+                finished_at=r["finished_at"], attempt=r["attempt"], message=r["message"],
+                price_per_hour=r["price_per_hour"], job_dir=r["job_dir"],
+                ranks=ranks[r["name"]], events=events[r["name"]],
+            )  # fmt: skip
+            for r in rows
+        ]
+
+    # ---- ranks and events ---------------------------------------------------------------
+    def set_rank(self, job: str, rank: int, **columns: Any) -> None:
+        """Create or update one rank's row."""
+        cols = {k: (v.value if isinstance(v, RankState) else v) for k, v in columns.items()}
+        with self._tx() as db:
+            exists = db.execute("SELECT 1 FROM ranks WHERE job=? AND rank=?", (job, rank)).fetchone()
+            if exists:
+                if cols:
+                    sets = ", ".join(f"{k}=?" for k in cols)
+                    db.execute(f"UPDATE ranks SET {sets} WHERE job=? AND rank=?", (*cols.values(), job, rank))
+            else:
+                cols.setdefault("state", RankState.PENDING.value)
+                keys = ["job", "rank", *cols]
+                db.execute(
+                    f"INSERT INTO ranks ({','.join(keys)}) VALUES ({','.join('?' * len(keys))})",
+                    (job, rank, *cols.values()),
+                )
+
+    def rank_rows(self, job: str) -> list[dict[str, Any]]:
+        """Raw rank rows (pid and create time included) for a job."""
+        rows = self._conn().execute("SELECT * FROM ranks WHERE job=? ORDER BY rank", (job,))
+        return [dict(r) for r in rows]
+
+    def add_event(self, job: str, event: JobEvent) -> None:
+        """Record an event for ``job``."""
+        with self._tx() as db:
+            self._add_event(db, job, event)
+
+    def events_since(self, job: str, after_id: int = 0) -> list[tuple[int, JobEvent]]:
+        """Events newer than ``after_id``, with their ids (for followers)."""
+        rows = self._conn().execute(
+            "SELECT * FROM events WHERE job=? AND id>? ORDER BY id", (job, after_id)
+        )
+        return [(r["id"], JobEvent(r["time"], r["reason"], r["message"], r["level"])) for r in rows]
+
+    @staticmethod
+    def _add_event(db: sqlite3.Connection, job: str, event: JobEvent) -> None:
+        db.execute(
+            "INSERT INTO events (job, time, reason, message, level) VALUES (?,?,?,?,?)",
+            (job, event.time or time.time(), event.reason, event.message, event.level),
+        )
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
