@@ -1,0 +1,56 @@
+"""Shared fixtures: an isolated WORKBENCH_HOME per test and a manager over it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from workbench.manager import JobManager
+from workbench.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ["python", "-m", "workbench.examples.train_ddp"]
+
+
+@pytest.fixture
+def wb_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private WORKBENCH_HOME (and config) for one test."""
+    home = tmp_path / "wbhome"
+    monkeypatch.setenv("WORKBENCH_HOME", str(home))
+    monkeypatch.setenv("WORKBENCH_CONFIG", str(tmp_path / "no-config.yaml"))
+    monkeypatch.setenv("WORKBENCH_STOP_GRACE", "3")
+    monkeypatch.delenv("WORKBENCH_BACKEND", raising=False)
+    monkeypatch.delenv("WORKBENCH_CATALOG", raising=False)
+    return home
+
+
+@pytest.fixture
+def manager(wb_home: Path):
+    """A JobManager on the private home; cancels whatever a test leaves running."""
+    m = JobManager(Settings.load())
+    yield m
+    for record in m.list(status=["Pending", "Running"]):
+        m.cancel(record.name, wait=15)
+
+
+def job_processes(name: str) -> list[psutil.Process]:
+    """Live processes whose environment says they belong to job ``name``."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("WORKBENCH_JOB_NAME") == name:
+                found.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def python() -> str:
+    """The interpreter the tests run under (its bin dir is what workers get on PATH)."""
+    return sys.executable
