@@ -108,6 +108,15 @@ class JobManager:
             time.sleep(delay)
             delay = min(delay * 1.5, poll)
 
+    def metrics(self, name: str, limit: int | None = None) -> dict[str, list[dict[str, Any]]]:
+        """Training scalars and GPU samples the job has reported so far."""
+        from .metrics import read_job_metrics
+
+        record = self.get(name)
+        if not record.job_dir:
+            return {"scalars": [], "gpu": []}
+        return read_job_metrics(record.job_dir, limit=limit)
+
     def nodes(self, backend: str | None = None) -> list[dict[str, Any]]:
         """Hosts with GPUs and allocations."""
         return self.backend(backend).nodes()
