@@ -42,3 +42,10 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext workbench``: register the %gpu_train family of magics."""
+    from .magics import load_ipython_extension as load
+
+    load(ipython)

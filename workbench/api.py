@@ -68,6 +68,12 @@ class Job:
     def __repr__(self) -> str:
         return describe(self._record or self.record)
 
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """The live job widget in a Jupyter kernel; the text form in terminals and text outputs."""
+        from .widgets import job_mimebundle  # lazy: api.py must import without ipywidgets
+
+        return job_mimebundle(self, describe(self.record))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Job) and other.name == self.name
 

@@ -26,6 +26,8 @@ def main() -> None:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    from workbench import run  # a no-op outside a workbench job
+
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -53,6 +55,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         print(f"rank {rank} step {step}/{total} epoch {(step - 1) // args.steps + 1} loss {loss.item():.6f}", flush=True)
+        run.log(step=step, total=total, loss=loss.item())  # rank 0's curve in the job widget
 
     flat = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]

@@ -1,0 +1,229 @@
+"""What training scripts import to report progress: ``run.log(step=i, total=n, loss=l)``.
+
+Outside a workbench job (no WORKBENCH_JOB_DIR) every call is a no-op, so a script runs
+unchanged anywhere. Inside one, records go to JOB_DIR/metrics/scalars-rank{N}.jsonl (the
+format ``workbench.metrics`` reads): one JSON object per line,
+``{"time", "rank", "step", "total", <scalars>}``.
+
+Cost: a call compares a clock and swaps one tuple. Each rank keeps the latest record per
+slot of WORKBENCH_RUN_INTERVAL seconds (default 0.02; 0 keeps every call); serialising and
+writing happen in batches (every ``FLUSH_SECONDS`` from a daemon thread, on ``flush()``
+and at exit) as one append of whole lines, so a reader never sees a line it cannot parse.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import threading
+import time
+from collections import deque
+from typing import Any
+
+__all__ = ["enabled", "flush", "log"]
+
+FLUSH_SECONDS = 0.5
+FLUSH_RECORDS = 10_000
+# Each rank keeps the latest record per slot of this many seconds (calls within a slot at
+# the same step merge their scalars). 50 records/s per rank is far more than a chart or a
+# progress bar can show, keeps the metric files small on long runs, and makes a call cost
+# a tuple and a comparison. WORKBENCH_RUN_INTERVAL=0 keeps every record.
+DEFAULT_INTERVAL = 0.02
+
+Record = tuple[float, int | None, int | None, dict[str, Any]]
+
+_lock = threading.Lock()
+_buffer: list[Record] = []
+# The pending record of the current slot. A deque of one is swapped atomically by the hot
+# path (append replaces) and the flusher thread (popleft takes), so neither needs a lock.
+_slot: deque[Record] = deque(maxlen=1)
+_ready = False
+_path: str | None = None
+_rank = 0
+_interval = DEFAULT_INTERVAL
+_slot_end = 0.0
+_next_flush = 0.0
+_templates: dict[tuple[str, ...], str] = {}
+_RESERVED = frozenset(("time", "rank", "step", "total"))
+_time = time.time
+
+
+def _setup() -> None:
+    """Read the job's env once per process (again after a fork)."""
+    global _ready, _path, _rank, _interval, _next_flush
+    job_dir = os.environ.get("WORKBENCH_JOB_DIR")
+    try:
+        _rank = int(os.environ.get("WORKBENCH_RANK") or os.environ.get("RANK") or 0)
+    except ValueError:
+        _rank = 0
+    try:
+        _interval = max(0.0, float(os.environ.get("WORKBENCH_RUN_INTERVAL", DEFAULT_INTERVAL)))
+    except ValueError:
+        _interval = DEFAULT_INTERVAL
+    _path = None
+    if job_dir:
+        folder = os.path.join(job_dir, "metrics")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            _path = os.path.join(folder, f"scalars-rank{_rank}.jsonl")
+        except OSError:
+            _path = None  # an unwritable job folder must never break training
+    _ready = True
+    _next_flush = _time() + FLUSH_SECONDS
+    if _path:
+        _start_flusher()
+
+
+def enabled() -> bool:
+    """True when this process runs inside a workbench job (calls are recorded)."""
+    if not _ready:
+        _setup()
+    return _path is not None
+
+
+def log(
+    step: int | None = None, total: int | None = None, *, rank: int | None = 0, **scalars: Any
+) -> None:
+    """Record ``scalars`` at ``step`` (of ``total``); only rank ``rank`` records (None: all)."""
+    global _slot_end
+    if _path is None:
+        if _ready:
+            return
+        _setup()
+        if _path is None:
+            return
+    if rank is not None and rank != _rank:
+        return
+    now = _time()
+    if now < _slot_end:
+        if step is not None:
+            try:
+                last = _slot[0]
+                if last[1] == step:
+                    scalars = {**last[3], **scalars}
+            except IndexError:
+                pass
+        _slot.append((now, step, total, scalars))
+        return
+    try:
+        _buffer.append(_slot.popleft())
+    except IndexError:
+        pass
+    _slot.append((now, step, total, scalars))
+    _slot_end = now + _interval
+    if now >= _next_flush or len(_buffer) >= FLUSH_RECORDS:
+        flush()
+
+
+def flush() -> None:
+    """Write every record so far, as whole lines in one write."""
+    global _next_flush
+    with _lock:
+        try:
+            _buffer.append(_slot.popleft())
+        except IndexError:
+            pass
+        _next_flush = _time() + FLUSH_SECONDS
+        if not _buffer:
+            return
+        batch = _buffer[:]
+        del _buffer[:]
+        if _path is None:
+            return
+        data = _serialise(batch, _rank).encode()
+        try:
+            fd = os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            finally:
+                os.close(fd)
+        except OSError:
+            pass  # reporting is best effort; the training itself must go on
+
+
+def _serialise(batch: list[Record], rank: int) -> str:
+    """JSON lines for a batch; a per-key-set %-template keeps this fast for plain numbers."""
+    out: list[str] = []
+    for now, step, total, scalars in batch:
+        keys = tuple(scalars)
+        values = [_number(scalars[k]) for k in keys]
+        step_v = _number(step)
+        total_v = _number(total)
+        plain = all(type(v) in (int, float) for v in (step_v, total_v, *values) if v is not None)
+        if plain and not _RESERVED.intersection(keys):
+            template = _templates.get(keys)
+            if template is None:
+                fields = "".join(f", {json.dumps(k)}: %s" for k in keys)
+                template = _templates[keys] = (
+                    '{"time": %r, "rank": %d, "step": %s, "total": %s' + fields + "}"
+                )
+            out.append(
+                template
+                % (
+                    now,
+                    rank,
+                    _json_number(step_v),
+                    _json_number(total_v),
+                    *map(_json_number, values),
+                )
+            )
+        else:
+            record = {"time": now, "rank": rank, "step": step_v, "total": total_v}
+            record.update({k: v for k, v in zip(keys, values, strict=True) if k not in record})
+            out.append(json.dumps(record, default=str))
+    out.append("")
+    return "\n".join(out)
+
+
+def _number(value: Any) -> Any:
+    """Plain numbers stay; tensors and numpy scalars become floats; the rest stays for json."""
+    if value is None or type(value) in (int, float, str, bool):
+        return value
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _json_number(value: Any) -> str:
+    """A JSON number, or null for None/NaN/inf (JSON has no NaN)."""
+    if value is None:
+        return "null"
+    if type(value) is float and not math.isfinite(value):
+        return "null"
+    return repr(value)
+
+
+def _start_flusher() -> None:
+    """A daemon thread that flushes a quiet script's last records within a second."""
+
+    def loop() -> None:
+        while not _stop.wait(FLUSH_SECONDS):
+            if _slot or _buffer:
+                flush()
+
+    threading.Thread(target=loop, name="workbench-run-flush", daemon=True).start()
+
+
+_stop = threading.Event()
+
+
+def _after_fork_in_child() -> None:
+    # A forked worker (DataLoader) has its own rank env or none: start afresh, drop the copy.
+    global _ready
+    del _buffer[:]
+    _slot.clear()
+    _ready = False
+
+
+def _at_exit() -> None:
+    _stop.set()
+    flush()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

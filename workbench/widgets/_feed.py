@@ -1,0 +1,185 @@
+"""What a live job view needs, read incrementally and kept bounded (no ipywidgets here).
+
+A ``JobFeed`` is polled by the widget's refresh thread: each ``poll()`` costs one record
+read, a tail read of the chosen rank's log and the new bytes of the metric files, however
+large the files and however chatty the job. Memory stays bounded: the last ``log_lines``
+lines, ``max_points`` points per scalar series.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..manager import JobManager
+from ..metrics import GPU_FILE, metrics_dir
+from ..spec import JobRecord
+
+LOG_LINES = 40
+LINE_CHARS = 300
+MAX_POINTS = 200
+# A metric file that grew more than this since the last poll is skipped ahead: the chart
+# shows a sample of a flood rather than the kernel reading all of it.
+MAX_BACKLOG = 4 * 1024 * 1024
+READ_CHUNK = 1024 * 1024
+
+
+class JsonlFollower:
+    """Reads the complete new lines of a growing JSONL file from a byte offset."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """Records appended since the last call (a torn last line waits for the next)."""
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return []
+        if size < self.offset:  # truncated or replaced: start over
+            self.offset = 0
+        if size - self.offset > MAX_BACKLOG:
+            self.offset = size - READ_CHUNK
+            skip_partial = True
+        else:
+            skip_partial = False
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(min(size - self.offset, READ_CHUNK))
+        if skip_partial:
+            cut = data.find(b"\n")
+            if cut < 0:
+                return []
+            self.offset += cut + 1
+            data = data[cut + 1 :]
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.offset += end + 1
+        out = []
+        for raw in data[: end + 1].splitlines():
+            try:
+                record = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+        return out
+
+
+@dataclass
+class Series:
+    """One scalar's points (step, value), thinned to stay under ``MAX_POINTS``."""
+
+    name: str
+    steps: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    count: int = 0  # points ever received, before thinning
+
+    def add(self, step: float, value: float) -> None:
+        """Append a point; halve the resolution when full (keeps the shape, bounded memory)."""
+        self.steps.append(step)
+        self.values.append(value)
+        self.count += 1
+        if len(self.steps) > MAX_POINTS:
+            last_step, last_value = self.steps[-1], self.values[-1]
+            self.steps = [*self.steps[:-1:2], last_step]
+            self.values = [*self.values[:-1:2], last_value]
+
+
+@dataclass
+class Progress:
+    """Latest step, total and a rate estimate from the reported records."""
+
+    step: int | None = None
+    total: int | None = None
+    first: tuple[float, int] | None = None  # (time, step) of the first record seen
+    last: tuple[float, int] | None = None
+
+    def eta(self) -> float | None:
+        """Seconds left at the average rate so far, or None when unknown."""
+        if self.first is None or self.last is None or self.total is None or self.step is None:
+            return None
+        dt, ds = self.last[0] - self.first[0], self.last[1] - self.first[1]
+        if dt <= 0 or ds <= 0:
+            return None
+        return max(0.0, (self.total - self.step) * dt / ds)
+
+
+class JobFeed:
+    """Incremental view of one job: record, the chosen rank's log tail, scalars, GPU samples."""
+
+    def __init__(self, manager: JobManager, name: str, log_lines: int = LOG_LINES) -> None:
+        self.manager = manager
+        self.name = name
+        self.rank = 0
+        self.log_lines = log_lines
+        self.record: JobRecord | None = None
+        self.log: list[str] = []
+        self.series: dict[str, Series] = {}
+        self.progress = Progress()
+        self.gpus: dict[tuple[Any, Any], dict[str, Any]] = {}
+        self._followers: dict[Path, JsonlFollower] = {}
+
+    def poll(self) -> JobRecord:
+        """Refresh everything once; returns the current record."""
+        self.record = record = self.manager.get(self.name)
+        self.log = self._log_tail(record)
+        if record.job_dir and os.path.isdir(record.job_dir):
+            self._read_metrics(Path(record.job_dir))
+        return record
+
+    def _log_tail(self, record: JobRecord) -> list[str]:
+        if self.rank >= record.workers:
+            self.rank = 0
+        lines: deque[str] = deque(maxlen=self.log_lines)
+        for line in self.manager.logs(self.name, rank=self.rank, tail=self.log_lines):
+            lines.append(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …")
+        return list(lines)
+
+    def _read_metrics(self, job_dir: Path) -> None:
+        folder = metrics_dir(job_dir)
+        if not folder.is_dir():
+            return
+        for path in sorted(folder.glob("scalars-rank*.jsonl")):
+            for rec in self._follower(path).read():
+                self._add_scalars(rec)
+        for rec in self._follower(folder / GPU_FILE).read():
+            key = (rec.get("rank"), rec.get("index", rec.get("uuid")))
+            self.gpus[key] = rec
+
+    def _follower(self, path: Path) -> JsonlFollower:
+        if path not in self._followers:
+            self._followers[path] = JsonlFollower(path)
+        return self._followers[path]
+
+    def _add_scalars(self, rec: dict[str, Any]) -> None:
+        rank = rec.get("rank", 0)
+        step = rec.get("step")
+        when = rec.get("time")
+        if isinstance(step, (int, float)):
+            p = self.progress
+            if p.step is None or step >= p.step:
+                p.step = int(step)
+                total = rec.get("total")
+                p.total = int(total) if isinstance(total, (int, float)) else p.total
+                if isinstance(when, (int, float)):
+                    p.last = (float(when), int(step))
+                    if p.first is None:
+                        p.first = p.last
+        for key, value in rec.items():
+            if key in ("time", "rank", "step", "total") or isinstance(value, bool):
+                continue
+            if not isinstance(value, (int, float)):
+                continue
+            name = key if rank in (0, None) else f"{key}[rank {rank}]"
+            series = self.series.get(name)
+            if series is None:
+                series = self.series[name] = Series(name)
+            x = float(step) if isinstance(step, (int, float)) else float(series.count)
+            series.add(x, float(value))
