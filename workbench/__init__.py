@@ -44,6 +44,13 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    """The jupyter_server extension (``workbench``); imported only when a server loads it."""
+    from .server import _jupyter_server_extension_points as points
+
+    return points()
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext workbench``: register the %gpu_train family of magics."""
     from .magics import load_ipython_extension as load

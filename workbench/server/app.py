@@ -1,0 +1,204 @@
+"""The ``workbench`` ExtensionApp: configuration traits, the shared context, the routes."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Float, Int, TraitError, Unicode, validate
+
+from ..manager import JobManager
+from ..settings import Settings
+from ._gpu import GpuMonitor
+from .events import EventHub, EventStreamHandler
+from .handlers import (
+    DatasetsHandler,
+    GpusHandler,
+    ImagesHandler,
+    JobHandler,
+    JobLogsHandler,
+    JobMetricsHandler,
+    JobRerunHandler,
+    JobsHandler,
+    NodesHandler,
+    PrometheusHandler,
+    SpecsHandler,
+    WorkbenchContext,
+)
+
+API = "workbench/api"
+JOB = r"(?P<name>[^/]+)"
+
+
+class WorkbenchApp(ExtensionApp):
+    """Serves ``{base_url}workbench/api/...`` and ``{base_url}workbench/metrics``."""
+
+    name = "workbench"
+    load_other_extensions = True
+
+    default_backend = Unicode(
+        "",
+        config=True,
+        help="Backend that jobs without a `backend` field run on (e.g. 'local'). "
+        "Empty: WORKBENCH_BACKEND, then the user config file, then 'local'.",
+    )
+    default_runtime = Unicode(
+        "",
+        config=True,
+        help="Runtime given to submitted specs that name none (e.g. 'process' or 'container'), "
+        "applied when the spec model has a `runtime` field. Empty: the backend decides.",
+    )
+    catalog_file = Unicode(
+        "",
+        config=True,
+        help="YAML file of images and instance specs that adds to or replaces entries of the "
+        "packaged catalogue. Empty: WORKBENCH_CATALOG or the user config's catalog_file.",
+    )
+    workbench_home = Unicode(
+        "",
+        config=True,
+        help="Folder holding the job store and job folders. Empty: WORKBENCH_HOME or "
+        "~/.local/share/workbench, so the CLI and kernels see the same jobs.",
+    )
+    job_poll_interval = Float(
+        1.0,
+        config=True,
+        help="Seconds between the event stream's checks of the job store for changes "
+        "(one watcher for all clients; a check costs one tiny query when nothing changed).",
+    )
+    job_full_refresh_interval = Float(
+        10.0,
+        config=True,
+        help="Seconds between full job listings by the event stream even without a store "
+        "change, which also notices jobs whose supervisor died and non-local backends.",
+    )
+    gpu_sample_interval = Float(
+        2.0,
+        config=True,
+        help="Seconds between GPU samples taken by the server's single host sampler.",
+    )
+    gpu_history_seconds = Float(
+        600.0,
+        config=True,
+        help="Seconds of GPU history that GET gpus returns when the request names no window.",
+    )
+    alert_gpu_temperature = Float(
+        85.0,
+        config=True,
+        help="GPU temperature (degrees Celsius) at or above which the monitor raises an alert.",
+    )
+    alert_gpu_memory_fraction = Float(
+        0.95,
+        config=True,
+        help="Fraction of GPU memory in use (0-1) at or above which the monitor raises an alert.",
+    )
+    api_threads = Int(
+        16,
+        config=True,
+        help="Worker threads for blocking JobManager calls (store queries, cancel, submit), "
+        "so they never run on the server's event loop.",
+    )
+    max_log_followers = Int(
+        256,
+        config=True,
+        help="Most log streams followed at once; each holds one reader thread. "
+        "Requests beyond it get 503 and should retry.",
+    )
+
+    @validate(
+        "job_poll_interval",
+        "job_full_refresh_interval",
+        "gpu_sample_interval",
+        "gpu_history_seconds",
+        "alert_gpu_temperature",
+    )
+    def _positive(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if value <= 0:
+            raise TraitError(f"WorkbenchApp.{proposal['trait'].name} must be > 0, got {value}")
+        return value
+
+    @validate("alert_gpu_memory_fraction")
+    def _fraction(self, proposal: dict[str, Any]) -> float:
+        value = float(proposal["value"])
+        if not 0 < value <= 1:
+            raise TraitError(
+                f"WorkbenchApp.alert_gpu_memory_fraction must be in (0, 1], got {value}"
+            )
+        return value
+
+    @validate("api_threads", "max_log_followers")
+    def _count(self, proposal: dict[str, Any]) -> int:
+        value = int(proposal["value"])
+        if value < 1:
+            raise TraitError(f"WorkbenchApp.{proposal['trait'].name} must be >= 1, got {value}")
+        return value
+
+    def initialize_settings(self) -> None:
+        """Build the one manager, thread pool, GPU monitor and event hub this server shares."""
+        settings = Settings.load(
+            home=self.workbench_home or None,
+            backend=self.default_backend or None,
+            catalog_file=self.catalog_file or None,
+        )
+        manager = JobManager(settings)
+        executor = ThreadPoolExecutor(self.api_threads, thread_name_prefix="workbench-api")
+        gpu = GpuMonitor(
+            interval=self.gpu_sample_interval,
+            temperature_alert=self.alert_gpu_temperature,
+            memory_alert=self.alert_gpu_memory_fraction,
+        )
+        hub = EventHub(
+            manager,
+            executor,
+            gpu,
+            poll_interval=self.job_poll_interval,
+            full_refresh_interval=self.job_full_refresh_interval,
+        )
+        assert self.serverapp is not None
+        root = Path(self.serverapp.root_dir).expanduser().resolve()
+        self._context = WorkbenchContext(
+            manager=manager,
+            executor=executor,
+            gpu=gpu,
+            hub=hub,
+            root_dir=root,
+            default_runtime=self.default_runtime,
+            history_seconds=self.gpu_history_seconds,
+            max_log_followers=self.max_log_followers,
+        )
+        self.settings["workbench"] = self._context
+        self.log.info("workbench: jobs in %s, default backend %s", settings.home, settings.backend)
+
+    def initialize_handlers(self) -> None:
+        """Register every route under the server's base_url (the ExtensionApp prefixes it)."""
+        routes: list[tuple[str, type]] = [
+            (f"{API}/jobs", JobsHandler),
+            (f"{API}/jobs/{JOB}", JobHandler),
+            (f"{API}/jobs/{JOB}/logs", JobLogsHandler),
+            (f"{API}/jobs/{JOB}/metrics", JobMetricsHandler),
+            (f"{API}/jobs/{JOB}/rerun", JobRerunHandler),
+            (f"{API}/gpus", GpusHandler),
+            (f"{API}/nodes", NodesHandler),
+            (f"{API}/datasets", DatasetsHandler),
+            (f"{API}/images", ImagesHandler),
+            (f"{API}/specs", SpecsHandler),
+            (f"{API}/events", EventStreamHandler),
+            ("workbench/metrics", PrometheusHandler),
+        ]
+        self.handlers.extend(routes)
+
+    async def stop_extension(self) -> None:
+        """Stop the watcher, the sampler subscription and the thread pool."""
+        context = getattr(self, "_context", None)
+        if context is None:
+            return
+        await context.hub.stop()
+        context.gpu.stop()
+        # Followers' reader threads are daemons; do not wait for them on shutdown.
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: context.executor.shutdown(wait=False, cancel_futures=True)
+        )
