@@ -17,7 +17,10 @@ _managers: dict[tuple[str, ...], JobManager] = {}
 
 def default_manager() -> JobManager:
     """The process-wide manager for the current WORKBENCH_* environment."""
-    key = tuple(os.environ.get(k, "") for k in ("WORKBENCH_HOME", "WORKBENCH_BACKEND", "WORKBENCH_CATALOG", "WORKBENCH_CONFIG"))
+    key = tuple(
+        os.environ.get(k, "")
+        for k in ("WORKBENCH_HOME", "WORKBENCH_BACKEND", "WORKBENCH_CATALOG", "WORKBENCH_CONFIG")
+    )
     if key not in _managers:
         _managers[key] = JobManager()
     return _managers[key]
@@ -26,7 +29,9 @@ def default_manager() -> JobManager:
 class Job:
     """A handle on one job; every read goes to the store or cluster, never a stale copy."""
 
-    def __init__(self, name: str, manager: JobManager | None = None, record: JobRecord | None = None):
+    def __init__(
+        self, name: str, manager: JobManager | None = None, record: JobRecord | None = None
+    ):
         self.name = name
         self.manager = manager or default_manager()
         self._record = record

@@ -144,7 +144,9 @@ def _parse(data: dict[str, Any], source: str) -> tuple[dict[str, Image], dict[st
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         if isinstance(e, SpecError):
             raise
-        raise SpecError(source, f"malformed catalogue entry: {e}", "see workbench/catalog.yaml") from None
+        raise SpecError(
+            source, f"malformed catalogue entry: {e}", "see workbench/catalog.yaml"
+        ) from None
     return images, specs
 
 

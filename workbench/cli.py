@@ -23,12 +23,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="verb", metavar="VERB")
     sub.required = True
 
-    s = sub.add_parser("submit", help="submit a training job", description="Submit a training job. "
-                       "Put the command after the flags, e.g. `workbench submit --workers 2 -- python train.py`.")  # fmt: skip
+    s = sub.add_parser(
+        "submit",
+        help="submit a training job",
+        description="Submit a training job. "
+        "Put the command after the flags, e.g. `workbench submit --workers 2 -- python train.py`.",
+    )
     add_spec_flags(s)
     s.add_argument("-f", "--file", help="read the spec from a YAML file (flags override it)")
-    s.add_argument("--wait", action="store_true", help="follow the job to its end; exit non-zero unless it succeeded")
-    s.add_argument("--follow-logs", action="store_true", help="with --wait, stream rank 0's log meanwhile")
+    s.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the job to its end; exit non-zero unless it succeeded",
+    )
+    s.add_argument(
+        "--follow-logs", action="store_true", help="with --wait, stream rank 0's log meanwhile"
+    )
     _output_flag(s, long="--format")  # --output is the data upload flag here
     s.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
 
@@ -62,7 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("what", nargs="?", choices=["node", "job"], default="node")
     _output_flag(t)
 
-    for verb, helptext in (("images", "the deep-learning image catalogue"), ("specs", "instance specs and prices")):
+    from .data_cli import add_data_parser
+
+    add_data_parser(sub)  # workbench data ls|du|head URL
+    for verb, helptext in (
+        ("images", "the deep-learning image catalogue"),
+        ("specs", "instance specs and prices"),
+    ):
         x = sub.add_parser(verb, help=helptext)
         _output_flag(x)
     return p
@@ -71,8 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _output_flag(
     p: argparse.ArgumentParser, choices: Sequence[str] = ("text", "json"), long: str = "--output"
 ) -> None:
-    p.add_argument("-o", long, dest="fmt", choices=list(choices), default=choices[0],
-                   help=f"output format ({', '.join(choices)})")  # fmt: skip
+    p.add_argument(
+        "-o",
+        long,
+        dest="fmt",
+        choices=list(choices),
+        default=choices[0],
+        help=f"output format ({', '.join(choices)})",
+    )
 
 
 def _version() -> str:
@@ -110,8 +132,12 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
     """Carry out one parsed verb."""
     from .api import default_manager
 
-    m = default_manager()
     verb = ns.verb
+    if verb == "data":  # browses stores; needs no job manager
+        from .data_cli import run_data
+
+        return run_data(ns)
+    m = default_manager()
     if verb == "submit":
         from .spec import TrainSpec
 
@@ -121,8 +147,10 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         if ns.fmt == "json" and not ns.wait:
             _print_json(record.to_dict())
         else:
-            print(f"job {record.name} submitted ({record.backend}); follow it with `workbench logs -f {record.name}`",
-                  file=sys.stderr if ns.fmt == "json" else sys.stdout)  # fmt: skip
+            print(
+                f"job {record.name} submitted ({record.backend}); follow it with `workbench logs -f {record.name}`",
+                file=sys.stderr if ns.fmt == "json" else sys.stdout,
+            )
         if ns.wait:
             return _wait(m, record.name, ns.fmt, ns.follow_logs)
         return 0
@@ -181,11 +209,23 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
     if verb == "images":
         images = m.catalog.images
         if ns.fmt == "json":
-            _print_json({n: {"framework": i.framework, "default": i.default_tag, "tags": i.tags,
-                             "description": i.description} for n, i in images.items()})  # fmt: skip
+            _print_json(
+                {
+                    n: {
+                        "framework": i.framework,
+                        "default": i.default_tag,
+                        "tags": i.tags,
+                        "description": i.description,
+                    }
+                    for n, i in images.items()
+                }
+            )
         else:
-            rows = [(f"{n}:{t}" + (" (default)" if t == i.default_tag else ""), i.framework, ref)
-                    for n, i in images.items() for t, ref in i.tags.items()]  # fmt: skip
+            rows = [
+                (f"{n}:{t}" + (" (default)" if t == i.default_tag else ""), i.framework, ref)
+                for n, i in images.items()
+                for t, ref in i.tags.items()
+            ]
             print(_table(("IMAGE", "FRAMEWORK", "REFERENCE"), rows))
         return 0
     if verb == "specs":
@@ -193,9 +233,18 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         if ns.fmt == "json":
             _print_json({n: s.to_dict() for n, s in specs.items()})
         else:
-            rows = [(s.name, f"{s.gpus:g}", s.gpu_model or "-", str(s.cpu), s.memory, f"${s.price_per_hour:.2f}")
-                    for s in specs.values()]  # fmt: skip
-            print(_table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), rows))
+            spec_rows: list[tuple[str, ...]] = [
+                (
+                    s.name,
+                    f"{s.gpus:g}",
+                    s.gpu_model or "-",
+                    str(s.cpu),
+                    s.memory,
+                    f"${s.price_per_hour:.2f}",
+                )
+                for s in specs.values()
+            ]
+            print(_table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), spec_rows))
         return 0
     raise AssertionError(verb)  # argparse limits the verbs
 
@@ -219,8 +268,11 @@ def _print_json(data: Any) -> None:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows)]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in [headers, *rows]]
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = [
+        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
+        for r in [headers, *rows]
+    ]
     return "\n".join(lines)
 
 
@@ -238,8 +290,14 @@ def _jobs_table(records: list[Any], wide: bool = False) -> str:
         headers += ("ATTEMPT", "BACKEND", "MESSAGE")
     rows = []
     for r in records:
-        row: tuple[str, ...] = (r.name, r.status.value, str(r.workers), f"{r.gpus_total:g}", _age(r.created_at),
-                                f"${r.cost():.4f}")  # fmt: skip
+        row: tuple[str, ...] = (
+            r.name,
+            r.status.value,
+            str(r.workers),
+            f"{r.gpus_total:g}",
+            _age(r.created_at),
+            f"${r.cost():.4f}",
+        )
         if wide:
             row += (str(r.attempt), r.backend, r.message[:60])
         rows.append(row)
@@ -262,7 +320,9 @@ def _describe(r: Any) -> str:
         f"Image:      {s.get('image')} -> {r.image}",
     ]
     if r.backend == "local" and r.runtime == "process":
-        lines.append("            (not pulled: workers run as local processes in the submitting Python environment)")
+        lines.append(
+            "            (not pulled: workers run as local processes in the submitting Python environment)"
+        )
     lines += [
         f"Command:    {' '.join(s.get('command', []))}",
         f"Workdir:    {s.get('working_dir')}",
@@ -285,33 +345,70 @@ def _describe(r: Any) -> str:
         lines.append("Ranks:")
         rows = []
         for x in r.ranks:
-            dur = format_duration((x.finished_at or time.time()) - x.started_at) if x.started_at else "-"
-            rows.append((str(x.rank), x.state.value, str(x.pid or "-"),
-                         "-" if x.exit_code is None else str(x.exit_code), x.gpus or "-", dur))  # fmt: skip
-        lines += ["  " + ln for ln in _table(("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows).splitlines()]
+            dur = (
+                format_duration((x.finished_at or time.time()) - x.started_at)
+                if x.started_at
+                else "-"
+            )
+            rows.append(
+                (
+                    str(x.rank),
+                    x.state.value,
+                    str(x.pid or "-"),
+                    "-" if x.exit_code is None else str(x.exit_code),
+                    x.gpus or "-",
+                    dur,
+                )
+            )
+        lines += [
+            "  " + ln
+            for ln in _table(
+                ("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows
+            ).splitlines()
+        ]
     if r.events:
         lines.append("Events:")
-        rows = [(time.strftime("%H:%M:%S", time.localtime(e.time)), e.reason, e.message) for e in r.events]
-        lines += ["  " + ln for ln in _table(("TIME", "REASON", "MESSAGE"), rows).splitlines()]
+        event_rows = [
+            (time.strftime("%H:%M:%S", time.localtime(e.time)), e.reason, e.message)
+            for e in r.events
+        ]
+        lines += [
+            "  " + ln for ln in _table(("TIME", "REASON", "MESSAGE"), event_rows).splitlines()
+        ]
     return "\n".join(lines)
 
 
 def _top_text(nodes: list[dict[str, Any]]) -> str:
     out = []
     for n in nodes:
-        out.append(f"Host {n['name']} ({n['backend']}): {n['cpu_count']} vCPU, "
-                   f"{n['memory_total'] / 2**30:.1f} GiB memory")  # fmt: skip
+        out.append(
+            f"Host {n['name']} ({n['backend']}): {n['cpu_count']} vCPU, "
+            f"{n['memory_total'] / 2**30:.1f} GiB memory"
+        )
         if n["gpu_reason"]:
             out.append(f"  GPUs: none - {n['gpu_reason']}")
         else:
             rows = []
             for g in n["gpus"]:
                 holders = ", ".join(f"{h['job']}/{h['rank']}" for h in g["holders"]) or "-"
-                rows.append((str(g["index"]), g["name"], f"{g['memory_total'] / 2**30:.0f} GiB",
-                             f"{g['allocated']:g}", holders))  # fmt: skip
-            out += ["  " + ln for ln in _table(("GPU", "NAME", "MEMORY", "ALLOCATED", "JOBS"), rows).splitlines()]
+                rows.append(
+                    (
+                        str(g["index"]),
+                        g["name"],
+                        f"{g['memory_total'] / 2**30:.0f} GiB",
+                        f"{g['allocated']:g}",
+                        holders,
+                    )
+                )
+            out += [
+                "  " + ln
+                for ln in _table(("GPU", "NAME", "MEMORY", "ALLOCATED", "JOBS"), rows).splitlines()
+            ]
         jobs = n["active_jobs"]
-        out.append(f"  Active jobs: {len(jobs)}" + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else ""))
+        out.append(
+            f"  Active jobs: {len(jobs)}"
+            + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else "")
+        )
     return "\n".join(out)
 
 

@@ -71,8 +71,12 @@ def pytorch_process_env(world: World, node_rank: int, local_rank: int) -> dict[s
 
 def tensorflow_env(world: World, node_rank: int) -> dict[str, str]:
     """TFJob-compatible TF_CONFIG for worker ``node_rank`` (worker 0 acts as chief)."""
-    cluster = {"worker": [f"{h}:{p}" for h, p in zip(world.hosts, world.ports)]}
-    config = {"cluster": cluster, "task": {"type": "worker", "index": node_rank}, "environment": "cloud"}
+    cluster = {"worker": [f"{h}:{p}" for h, p in zip(world.hosts, world.ports, strict=True)]}
+    config = {
+        "cluster": cluster,
+        "task": {"type": "worker", "index": node_rank},
+        "environment": "cloud",
+    }
     return {"TF_CONFIG": json.dumps(config, separators=(",", ":"))}
 
 

@@ -33,23 +33,60 @@ FLAG_FIELDS = {
 
 def add_spec_flags(p: argparse.ArgumentParser) -> None:
     """Add every TrainSpec flag to ``p`` (defaults None so a -f file's values survive)."""
-    p.add_argument("--name", help="job name (DNS-1123: lowercase, digits, '-'); generated when omitted")
-    p.add_argument("--image", "-i", help="image: a catalogue name (pytorch, pytorch:2.13) or a full reference")
-    p.add_argument("--workers", "-w", type=_number_text, help="number of workers (nodes), default 1")
-    p.add_argument("--gpus", "-g", type=_number_text, help="GPUs per worker (0.5 = half a shared GPU), default 0")
-    p.add_argument("--procs-per-worker", "--nproc-per-node", dest="procs_per_worker", type=_number_text,
-                   help="processes per worker; defaults to --gpus (1 on CPU)")  # fmt: skip
-    p.add_argument("--spec", "-s", dest="instance_spec", help="instance spec, e.g. gpu.1x (see `workbench specs`)")
+    p.add_argument(
+        "--name", help="job name (DNS-1123: lowercase, digits, '-'); generated when omitted"
+    )
+    p.add_argument(
+        "--image", "-i", help="image: a catalogue name (pytorch, pytorch:2.13) or a full reference"
+    )
+    p.add_argument(
+        "--workers", "-w", type=_number_text, help="number of workers (nodes), default 1"
+    )
+    p.add_argument(
+        "--gpus",
+        "-g",
+        type=_number_text,
+        help="GPUs per worker (0.5 = half a shared GPU), default 0",
+    )
+    p.add_argument(
+        "--procs-per-worker",
+        "--nproc-per-node",
+        dest="procs_per_worker",
+        type=_number_text,
+        help="processes per worker; defaults to --gpus (1 on CPU)",
+    )
+    p.add_argument(
+        "--spec",
+        "-s",
+        dest="instance_spec",
+        help="instance spec, e.g. gpu.1x (see `workbench specs`)",
+    )
     p.add_argument("--cpu", type=_number_text, help="vCPUs per worker")
     p.add_argument("--memory", help="memory per worker, e.g. 16Gi")
-    p.add_argument("--framework", choices=["pytorch", "tensorflow", "mpi", "plain"],
-                   help="distributed env to give the workers; defaults to the image's")  # fmt: skip
-    p.add_argument("--data", "-d", action="append", metavar="SRC:DST[:ro|rw]", help="mount data (repeatable)")
-    p.add_argument("--output", action="append", metavar="DST:URL", dest="outputs",
-                   help="upload DST to URL when the job ends (repeatable)")  # fmt: skip
-    p.add_argument("--env", "-e", action="append", metavar="K=V", help="environment variable (repeatable)")
-    p.add_argument("--workdir", dest="working_dir", help="working directory, default the current one")
-    p.add_argument("--retry", type=_number_text, help="restart the whole gang up to N times on failure")
+    p.add_argument(
+        "--framework",
+        choices=["pytorch", "tensorflow", "mpi", "plain"],
+        help="distributed env to give the workers; defaults to the image's",
+    )
+    p.add_argument(
+        "--data", "-d", action="append", metavar="SRC:DST[:ro|rw]", help="mount data (repeatable)"
+    )
+    p.add_argument(
+        "--output",
+        action="append",
+        metavar="DST:URL",
+        dest="outputs",
+        help="upload DST to URL when the job ends (repeatable)",
+    )
+    p.add_argument(
+        "--env", "-e", action="append", metavar="K=V", help="environment variable (repeatable)"
+    )
+    p.add_argument(
+        "--workdir", dest="working_dir", help="working directory, default the current one"
+    )
+    p.add_argument(
+        "--retry", type=_number_text, help="restart the whole gang up to N times on failure"
+    )
     p.add_argument("--timeout", help="fail the job after this long, e.g. 30m, 2h")
     p.add_argument("--priority", help="priority class (cluster backends)")
     p.add_argument("--queue", help="queue (Volcano/Kueue on cluster backends)")
@@ -78,7 +115,9 @@ def parse_outputs(items: list[str] | None) -> list[str]:
     for item in items or []:
         dst, sep, url = item.partition(":")
         if not sep or not dst or not url:
-            raise SpecError("output", f"{item!r} is not DST:URL", "e.g. --output ./ckpt:oss://bucket/run1")
+            raise SpecError(
+                "output", f"{item!r} is not DST:URL", "e.g. --output ./ckpt:oss://bucket/run1"
+            )
         out.append(f"{url}:{dst}:rw")
     return out
 
@@ -94,7 +133,9 @@ def normalise_command(command: list[str]) -> list[str]:
     return command
 
 
-def spec_from_args(ns: argparse.Namespace, command: list[str], base: TrainSpec | None = None) -> TrainSpec:
+def spec_from_args(
+    ns: argparse.Namespace, command: list[str], base: TrainSpec | None = None
+) -> TrainSpec:
     """Merge flags over an optional base spec (from -f) into a TrainSpec."""
     data: dict[str, Any] = base.to_dict() if base else {}
     for attr, field_name in FLAG_FIELDS.items():
@@ -111,5 +152,7 @@ def spec_from_args(ns: argparse.Namespace, command: list[str], base: TrainSpec |
     if command:
         data["command"] = command
     if not data.get("command"):
-        raise SpecError("command", "is missing", "put the program after the flags, e.g. -- python train.py")
+        raise SpecError(
+            "command", "is missing", "put the program after the flags, e.g. -- python train.py"
+        )
     return TrainSpec.from_dict(data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -108,7 +109,9 @@ class JobManager:
             time.sleep(delay)
             delay = min(delay * 1.5, poll)
 
-    def metrics(self, name: str, limit: int | None = None) -> dict[str, list[dict[str, Any]]]:
+    def metrics(
+        self, name: str, limit: int | None = None
+    ) -> dict[str, builtins.list[dict[str, Any]]]:
         """Training scalars and GPU samples the job has reported so far."""
         from .metrics import read_job_metrics
 
@@ -117,7 +120,7 @@ class JobManager:
             return {"scalars": [], "gpu": []}
         return read_job_metrics(record.job_dir, limit=limit)
 
-    def nodes(self, backend: str | None = None) -> list[dict[str, Any]]:
+    def nodes(self, backend: str | None = None) -> builtins.list[dict[str, Any]]:
         """Hosts with GPUs and allocations."""
         return self.backend(backend).nodes()
 

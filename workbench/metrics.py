@@ -40,7 +40,9 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     return out[-limit:] if limit else out
 
 
-def read_job_metrics(job_dir: str | Path, limit: int | None = None) -> dict[str, list[dict[str, Any]]]:
+def read_job_metrics(
+    job_dir: str | Path, limit: int | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """``{"scalars": [...], "gpu": [...]}`` for a job, oldest first."""
     d = metrics_dir(job_dir)
     scalars: list[dict[str, Any]] = []

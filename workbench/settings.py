@@ -40,7 +40,9 @@ class Settings:
     def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
         """Build settings from defaults, the config file, the environment and overrides."""
         values: dict[str, Any] = {}
-        path = Path(os.environ.get("WORKBENCH_CONFIG", "") or (config_file or _default_config_file()))
+        path = Path(
+            os.environ.get("WORKBENCH_CONFIG", "") or (config_file or _default_config_file())
+        )
         if path.is_file():
             values.update(_read_config(path))
         env = os.environ
@@ -77,7 +79,9 @@ class Settings:
                 out.stop_grace = float(values["stop_grace"])
             except (TypeError, ValueError):
                 raise SpecError(
-                    "stop_grace", f"{values['stop_grace']!r} is not a number", "give seconds, e.g. 10"
+                    "stop_grace",
+                    f"{values['stop_grace']!r} is not a number",
+                    "give seconds, e.g. 10",
                 ) from None
         if "storage" in values:
             if not isinstance(values["storage"], dict):

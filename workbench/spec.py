@@ -24,12 +24,24 @@ DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\
 # Set by workbench for every rank (contract.py); a user value would break the world.
 RESERVED_ENV = frozenset(
     {
-        "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-        "PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR",
-        "PET_MASTER_PORT", "TF_CONFIG", "CUDA_VISIBLE_DEVICES",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_NPROC_PER_NODE",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
+        "TF_CONFIG",
+        "CUDA_VISIBLE_DEVICES",
     }
-)  # fmt: skip
-SECRET_ENV = re.compile(r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE)", re.I)
+)
+SECRET_ENV = re.compile(
+    r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE)", re.I
+)
 REDACTED = "***"
 MOUNT_MODES = ("ro", "rw")
 
@@ -108,7 +120,9 @@ def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
             m = DURATION.match(text)
             if not m or not any(m.groups()):
                 raise SpecError(
-                    field_name, f"{value!r} is not a duration", "write seconds or e.g. 30m, 2h, 1h30m"
+                    field_name,
+                    f"{value!r} is not a duration",
+                    "write seconds or e.g. 30m, 2h, 1h30m",
                 ) from None
             h, mi, s = (float(g or 0) for g in m.groups())
             seconds = h * 3600 + mi * 60 + s
@@ -181,7 +195,9 @@ class TrainSpec:
                 )
             values[name] = value
         if "command" not in values:
-            raise SpecError("command", "is required", "give the program to run, e.g. [python, train.py]")
+            raise SpecError(
+                "command", "is required", "give the program to run, e.g. [python, train.py]"
+            )
         command = values["command"]
         if isinstance(command, str):
             import shlex
@@ -193,9 +209,7 @@ class TrainSpec:
                 items = values[key] or []
                 if not isinstance(items, list):
                     raise SpecError(key, "must be a list of SRC:DST strings")
-                values[key] = [
-                    m if isinstance(m, Mount) else _mount_from(m, key) for m in items
-                ]
+                values[key] = [m if isinstance(m, Mount) else _mount_from(m, key) for m in items]
         if values.get("env") is None:
             values.pop("env", None)
         if "timeout" in values:
@@ -254,8 +268,10 @@ class TrainSpec:
     def validate(self, catalog: Catalog | None = None, backends: tuple[str, ...] = ()) -> TrainSpec:
         """Check every field and fill defaults; returns self. Raises SpecError."""
         catalog = catalog or load_catalog()
-        if not isinstance(self.command, list) or not self.command or not all(
-            isinstance(a, str) and a for a in self.command
+        if (
+            not isinstance(self.command, list)
+            or not self.command
+            or not all(isinstance(a, str) and a for a in self.command)
         ):
             raise SpecError(
                 "command", "must be a non-empty list of strings", "e.g. python train.py --epochs 3"
@@ -269,19 +285,27 @@ class TrainSpec:
                     "or digit (DNS-1123), e.g. mnist-1",
                 )
             if len(self.name) > MAX_NAME:
-                raise SpecError("name", f"is {len(self.name)} characters long", f"keep it to {MAX_NAME}")
-        self.workers = _as_int(self.workers, "workers", 1, "give 1 or more workers, e.g. --workers 2")
+                raise SpecError(
+                    "name", f"is {len(self.name)} characters long", f"keep it to {MAX_NAME}"
+                )
+        self.workers = _as_int(
+            self.workers, "workers", 1, "give 1 or more workers, e.g. --workers 2"
+        )
         if self.workers > 1024:
             raise SpecError("workers", f"{self.workers} is more than 1024", "use fewer workers")
         self.gpus = self._check_gpus(self.gpus)
-        ref, image = catalog.resolve_image(self.image) if isinstance(self.image, str) else (None, None)
+        ref, image = (
+            catalog.resolve_image(self.image) if isinstance(self.image, str) else (None, None)
+        )
         if ref is None:
             raise SpecError("image", "must be a string", "e.g. pytorch or pytorch:2.13")
         if self.framework is None:
             self.framework = image.framework if image else "pytorch"
         if self.framework not in FRAMEWORKS:
             raise SpecError(
-                "framework", f"unknown framework {self.framework!r}", f"use one of {', '.join(FRAMEWORKS)}"
+                "framework",
+                f"unknown framework {self.framework!r}",
+                f"use one of {', '.join(FRAMEWORKS)}",
             )
         if self.instance_spec is None:
             self.instance_spec = catalog.smallest_spec_for(self.gpus).name
@@ -311,7 +335,9 @@ class TrainSpec:
         for key, value in self.env.items():
             if not isinstance(key, str) or not ENV_NAME.match(key):
                 raise SpecError(
-                    f"env.{key}", "is not a valid variable name", "use letters, digits and _, not starting with a digit"
+                    f"env.{key}",
+                    "is not a valid variable name",
+                    "use letters, digits and _, not starting with a digit",
                 )
             if key in RESERVED_ENV:
                 raise SpecError(f"env.{key}", "is set by workbench for every rank", "remove it")
@@ -323,22 +349,32 @@ class TrainSpec:
                 if m.mode not in MOUNT_MODES:
                     raise SpecError(key, f"mode {m.mode!r} of {m}", "use ro or rw")
                 if ".." in Path(m.dst).parts:
-                    raise SpecError(key, f"destination {m.dst!r} climbs out with '..'", "use a plain path")
-        self.max_retries = _as_int(self.max_retries, "max_retries", 0, "give 0 or more, e.g. --retry 2")
+                    raise SpecError(
+                        key, f"destination {m.dst!r} climbs out with '..'", "use a plain path"
+                    )
+        self.max_retries = _as_int(
+            self.max_retries, "max_retries", 0, "give 0 or more, e.g. --retry 2"
+        )
         self.timeout = parse_duration(self.timeout)
         if self.backend is not None and backends and self.backend not in backends:
-            raise SpecError("backend", f"unknown backend {self.backend!r}", f"use one of {', '.join(backends)}")
+            raise SpecError(
+                "backend", f"unknown backend {self.backend!r}", f"use one of {', '.join(backends)}"
+            )
         return self
 
     def _check_gpus(self, value: Any) -> float:
         try:
             gpus = float(value)
         except (TypeError, ValueError):
-            raise SpecError("gpus", f"{value!r} is not a number", "e.g. --gpus 1 or --gpus 0.5") from None
+            raise SpecError(
+                "gpus", f"{value!r} is not a number", "e.g. --gpus 1 or --gpus 0.5"
+            ) from None
         if gpus < 0 or math.isnan(gpus):
             raise SpecError("gpus", f"must be 0 or more, got {value!r}", "use 0 for CPU-only")
         if gpus > 1 and gpus != int(gpus):
-            raise SpecError("gpus", f"{gpus:g} is neither whole nor a fraction of one GPU", "e.g. 0.5, 1 or 2")
+            raise SpecError(
+                "gpus", f"{gpus:g} is neither whole nor a fraction of one GPU", "e.g. 0.5, 1 or 2"
+            )
         return gpus
 
     def image_ref(self, catalog: Catalog | None = None) -> str:
@@ -355,7 +391,9 @@ def _mount_from(value: Any, field_name: str) -> Mount:
     if isinstance(value, str):
         return Mount.parse(value, field_name)
     if isinstance(value, dict) and "src" in value and "dst" in value:
-        return Mount(src=str(value["src"]), dst=str(value["dst"]), mode=str(value.get("mode", "ro")))
+        return Mount(
+            src=str(value["src"]), dst=str(value["dst"]), mode=str(value.get("mode", "ro"))
+        )
     raise SpecError(field_name, f"{value!r} is not a mount", "write SRC:DST[:ro|rw]")
 
 
@@ -395,7 +433,12 @@ class JobEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """Wire form."""
-        return {"time": self.time, "reason": self.reason, "message": self.message, "level": self.level}
+        return {
+            "time": self.time,
+            "reason": self.reason,
+            "message": self.message,
+            "level": self.level,
+        }
 
 
 @dataclass

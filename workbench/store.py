@@ -6,6 +6,7 @@ bookkeeping. WAL lets many readers follow while one supervisor writes.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -64,9 +65,19 @@ CREATE INDEX IF NOT EXISTS events_job ON events(job, id);
 """
 
 JOB_COLUMNS = (
-    "status", "runtime", "image", "started_at", "finished_at", "attempt", "message",
-    "job_dir", "supervisor_pid", "supervisor_ctime", "cancel_requested", "gpu_alloc",
-)  # fmt: skip
+    "status",
+    "runtime",
+    "image",
+    "started_at",
+    "finished_at",
+    "attempt",
+    "message",
+    "job_dir",
+    "supervisor_pid",
+    "supervisor_ctime",
+    "cancel_requested",
+    "gpu_alloc",
+)
 
 
 class JobStore:
@@ -116,11 +127,19 @@ class JobStore:
                 "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
                 " attempt, message, price_per_hour, job_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    record.name, record.backend, record.status.value, record.runtime,
-                    record.image, json.dumps(record.spec), record.created_at, record.attempt,
-                    record.message, record.price_per_hour, record.job_dir,
+                    record.name,
+                    record.backend,
+                    record.status.value,
+                    record.runtime,
+                    record.image,
+                    json.dumps(record.spec),
+                    record.created_at,
+                    record.attempt,
+                    record.message,
+                    record.price_per_hour,
+                    record.job_dir,
                 ),
-            )  # fmt: skip
+            )
             for ev in record.events:
                 self._add_event(db, record.name, ev)
 
@@ -149,10 +168,14 @@ class JobStore:
 
     def active_rows(self) -> list[dict[str, Any]]:
         """Raw rows of jobs not yet finished."""
-        rows = self._conn().execute(
-            "SELECT * FROM jobs WHERE status IN (?, ?)",
-            (JobStatus.PENDING.value, JobStatus.RUNNING.value),
-        ).fetchall()
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT * FROM jobs WHERE status IN (?, ?)",
+                (JobStatus.PENDING.value, JobStatus.RUNNING.value),
+            )
+            .fetchall()
+        )
         return [dict(r) for r in rows]
 
     def get(self, name: str) -> JobRecord | None:
@@ -169,7 +192,8 @@ class JobStore:
         with_events: bool = True,
     ) -> list[JobRecord]:
         """Jobs, newest first, optionally filtered by status and backend."""
-        where, args = [], []
+        where: builtins.list[str] = []
+        args: builtins.list[Any] = []
         if status:
             where.append(f"status IN ({','.join('?' * len(status))})")
             args.extend(status)
@@ -183,7 +207,7 @@ class JobStore:
             args.extend([limit, offset])
         return self._records(clause, tuple(args), with_events=with_events)
 
-    def count(self, status: list[str] | None = None) -> int:
+    def count(self, status: builtins.list[str] | None = None) -> int:
         """How many jobs (optionally in these states)."""
         if status:
             q = f"SELECT COUNT(*) FROM jobs WHERE status IN ({','.join('?' * len(status))})"
@@ -196,37 +220,54 @@ class JobStore:
             for table, col in (("jobs", "name"), ("ranks", "job"), ("events", "job")):
                 db.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
 
-    def _records(self, clause: str, args: tuple[Any, ...], with_events: bool = True) -> list[JobRecord]:
+    def _records(
+        self, clause: str, args: tuple[Any, ...], with_events: bool = True
+    ) -> builtins.list[JobRecord]:
         db = self._conn()
         rows = db.execute(f"SELECT * FROM jobs {clause}", args).fetchall()
         if not rows:
             return []
         names = [r["name"] for r in rows]
-        ranks: dict[str, list[RankRecord]] = {n: [] for n in names}
-        events: dict[str, list[JobEvent]] = {n: [] for n in names}
+        ranks: dict[str, builtins.list[RankRecord]] = {n: [] for n in names}
+        events: dict[str, builtins.list[JobEvent]] = {n: [] for n in names}
         for chunk in _chunks(names, 500):
             marks = ",".join("?" * len(chunk))
             for r in db.execute(f"SELECT * FROM ranks WHERE job IN ({marks}) ORDER BY rank", chunk):
                 ranks[r["job"]].append(
                     RankRecord(
-                        rank=r["rank"], state=RankState(r["state"]), pid=r["pid"],
-                        exit_code=r["exit_code"], started_at=r["started_at"],
-                        finished_at=r["finished_at"], gpus=r["gpus"],
+                        rank=r["rank"],
+                        state=RankState(r["state"]),
+                        pid=r["pid"],
+                        exit_code=r["exit_code"],
+                        started_at=r["started_at"],
+                        finished_at=r["finished_at"],
+                        gpus=r["gpus"],
                     )
-                )  # fmt: skip
+                )
             if with_events:
                 q = f"SELECT * FROM events WHERE job IN ({marks}) ORDER BY id"
                 for e in db.execute(q, chunk):
-                    events[e["job"]].append(JobEvent(e["time"], e["reason"], e["message"], e["level"]))
+                    events[e["job"]].append(
+                        JobEvent(e["time"], e["reason"], e["message"], e["level"])
+                    )
         return [
             JobRecord(
-                name=r["name"], status=JobStatus(r["status"]), backend=r["backend"],
-                spec=json.loads(r["spec_json"]), image=r["image"], runtime=r["runtime"],
-                created_at=r["created_at"], started_at=r["started_at"],
-                finished_at=r["finished_at"], attempt=r["attempt"], message=r["message"],
-                price_per_hour=r["price_per_hour"], job_dir=r["job_dir"],
-                ranks=ranks[r["name"]], events=events[r["name"]],
-            )  # fmt: skip
+                name=r["name"],
+                status=JobStatus(r["status"]),
+                backend=r["backend"],
+                spec=json.loads(r["spec_json"]),
+                image=r["image"],
+                runtime=r["runtime"],
+                created_at=r["created_at"],
+                started_at=r["started_at"],
+                finished_at=r["finished_at"],
+                attempt=r["attempt"],
+                message=r["message"],
+                price_per_hour=r["price_per_hour"],
+                job_dir=r["job_dir"],
+                ranks=ranks[r["name"]],
+                events=events[r["name"]],
+            )
             for r in rows
         ]
 
@@ -235,11 +276,16 @@ class JobStore:
         """Create or update one rank's row."""
         cols = {k: (v.value if isinstance(v, RankState) else v) for k, v in columns.items()}
         with self._tx() as db:
-            exists = db.execute("SELECT 1 FROM ranks WHERE job=? AND rank=?", (job, rank)).fetchone()
+            exists = db.execute(
+                "SELECT 1 FROM ranks WHERE job=? AND rank=?", (job, rank)
+            ).fetchone()
             if exists:
                 if cols:
                     sets = ", ".join(f"{k}=?" for k in cols)
-                    db.execute(f"UPDATE ranks SET {sets} WHERE job=? AND rank=?", (*cols.values(), job, rank))
+                    db.execute(
+                        f"UPDATE ranks SET {sets} WHERE job=? AND rank=?",
+                        (*cols.values(), job, rank),
+                    )
             else:
                 cols.setdefault("state", RankState.PENDING.value)
                 keys = ["job", "rank", *cols]
@@ -248,7 +294,7 @@ class JobStore:
                     (job, rank, *cols.values()),
                 )
 
-    def rank_rows(self, job: str) -> list[dict[str, Any]]:
+    def rank_rows(self, job: str) -> builtins.list[dict[str, Any]]:
         """Raw rank rows (pid and create time included) for a job."""
         rows = self._conn().execute("SELECT * FROM ranks WHERE job=? ORDER BY rank", (job,))
         return [dict(r) for r in rows]
@@ -258,7 +304,7 @@ class JobStore:
         with self._tx() as db:
             self._add_event(db, job, event)
 
-    def events_since(self, job: str, after_id: int = 0) -> list[tuple[int, JobEvent]]:
+    def events_since(self, job: str, after_id: int = 0) -> builtins.list[tuple[int, JobEvent]]:
         """Events newer than ``after_id``, with their ids (for followers)."""
         rows = self._conn().execute(
             "SELECT * FROM events WHERE job=? AND id>? ORDER BY id", (job, after_id)

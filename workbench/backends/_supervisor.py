@@ -20,12 +20,14 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from .. import contract
+from ..errors import MountError
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
@@ -118,6 +120,9 @@ class Supervisor:
         self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
         try:
             self._check_cancel()
+            from ..data.staging import stage_job
+
+            stage_job(self)  # prefetch object-store data, bind local paths (issue 5)
             self.place()
             outcome = self.run_attempts()
         except LaunchFailed as e:
@@ -129,6 +134,10 @@ class Supervisor:
             self.stop_all("cancel")
             self.finish(JobStatus.CANCELLED, "cancelled by user", "Cancelled")
             return
+        except MountError as e:  # staging failed; the message is already redacted
+            self.stop_all("mount failed")
+            self.finish(JobStatus.FAILED, str(e), "MountFailed", "error")
+            return
         except Exception as e:  # record, never leave a job 'Running' behind
             self.stop_all("supervisor error")
             traceback.print_exc()
@@ -139,6 +148,13 @@ class Supervisor:
 
     def finish(self, status: JobStatus, message: str, reason: str, level: str = "info") -> None:
         """Record the terminal state (last thing before exit)."""
+        from ..data.staging import upload_job_outputs
+
+        # Outputs land before the status does, so a waiter finds them in place.
+        status, message, reason, level = upload_job_outputs(self, status, message, reason, level)
+        from ..monitor.recorder import stop_job_recorder
+
+        stop_job_recorder(self)  # the last GPU sample and alert events land before the end
         self.store.update(
             self.name,
             status=status,
@@ -175,12 +191,14 @@ class Supervisor:
                     f"waiting for GPUs: needs {self.spec.gpus:g} x {self.spec.workers}, "
                     f"{len(capacity) - busy:g} of {len(capacity)} free"
                 )
-                self.store.update(self.name, message=msg, event=JobEvent(time.time(), "Queued", msg))
+                self.store.update(
+                    self.name, message=msg, event=JobEvent(time.time(), "Queued", msg)
+                )
                 announced = True
             self._sleep(1.0)
 
     @contextlib.contextmanager
-    def _placement_lock(self):  # type: ignore[no-untyped-def]
+    def _placement_lock(self) -> Iterator[None]:
         with open(self.home / "placement.lock", "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
@@ -200,6 +218,9 @@ class Supervisor:
 
     def run_attempts(self) -> tuple[JobStatus, str, str]:
         """Run the gang, restarting it while retries remain."""
+        from ..monitor.recorder import start_job_recorder
+
+        self.gpu_recorder = start_job_recorder(self)  # GPU samples + alerts while it holds GPUs
         while True:
             failure = self.run_attempt()
             if failure is None:
@@ -211,9 +232,11 @@ class Supervisor:
             self.attempt += 1
             msg = f"{failure}; restarting the gang (attempt {self.attempt} of {self.spec.max_retries + 1})"
             self.store.update(
-                self.name, attempt=self.attempt, message=msg,
+                self.name,
+                attempt=self.attempt,
+                message=msg,
                 event=JobEvent(time.time(), "Restarting", msg, "warning"),
-            )  # fmt: skip
+            )
 
     def run_attempt(self) -> str | None:
         """One attempt: start every rank, wait; None on success, else why it failed."""
@@ -246,39 +269,56 @@ class Supervisor:
             Path(hostfile).write_text(contract.mpi_hostfile(world))
         base = os.environ.copy()
         base.update(spec.env)
+        base.update(getattr(self, "data_env", {}))  # WORKBENCH_MOUNTS from staging
         bindir = os.path.dirname(sys.executable)
         base["PATH"] = bindir + os.pathsep + base.get("PATH", "")
         base["PYTHONUNBUFFERED"] = "1"
         base["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         cwd = spec.working_dir or str(self.files.dir)
         argv = list(spec.command)
-        auto_spawn = spec.framework == "pytorch" and world.procs_per_worker > 1 and not has_launcher(argv)
+        auto_spawn = (
+            spec.framework == "pytorch" and world.procs_per_worker > 1 and not has_launcher(argv)
+        )
         self.workers = []
         now = time.time()
         for rank in range(spec.workers):
             env = dict(base)
             env.update(
                 contract.worker_env(
-                    spec.framework or "plain", world, rank, self.name, self.attempt,
-                    str(self.files.dir), hostfile,
+                    spec.framework or "plain",
+                    world,
+                    rank,
+                    self.name,
+                    self.attempt,
+                    str(self.files.dir),
+                    hostfile,
                 )
-            )  # fmt: skip
+            )
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_alloc[rank])
             log = self.files.open_log(rank, self.attempt)
             worker = Worker(rank)
             per_proc = (
-                [contract.pytorch_process_env(world, rank, lr) for lr in range(world.procs_per_worker)]
+                [
+                    contract.pytorch_process_env(world, rank, lr)
+                    for lr in range(world.procs_per_worker)
+                ]
                 if auto_spawn
                 else [{}]
             )
             try:
                 for extra in per_proc:
                     p = subprocess.Popen(
-                        argv, cwd=cwd, env={**env, **extra}, stdin=subprocess.DEVNULL,
-                        stdout=log, stderr=subprocess.STDOUT, close_fds=True,
-                        start_new_session=not worker.procs,
-                        process_group=worker.pgid if worker.procs else None,
-                    )  # fmt: skip
+                        argv,
+                        cwd=cwd,
+                        env={**env, **extra},
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        close_fds=True,
+                        # One group per rank (the first process leads it) inside the
+                        # supervisor's own session, so killpg reaches every process of it.
+                        process_group=worker.pgid if worker.procs else 0,
+                    )
                     if not worker.procs:
                         worker.pgid = p.pid
                     worker.procs.append(p)
@@ -287,15 +327,23 @@ class Supervisor:
                 log.write(f"[workbench] cannot start {argv[0]!r}: {e.strerror}\n".encode())
                 log.close()
                 self.workers.append(worker)
-                raise LaunchFailed(rank, f"rank {rank} could not start {argv[0]!r}: {e.strerror}") from e
+                raise LaunchFailed(
+                    rank, f"rank {rank} could not start {argv[0]!r}: {e.strerror}"
+                ) from e
             log.close()
             self.workers.append(worker)
             lead = worker.procs[0]
             self.store.set_rank(
-                self.name, rank, state=RankState.RUNNING, pid=lead.pid,
-                ctime=_ctime(lead.pid), exit_code=None, started_at=now, finished_at=None,
+                self.name,
+                rank,
+                state=RankState.RUNNING,
+                pid=lead.pid,
+                ctime=_ctime(lead.pid),
+                exit_code=None,
+                started_at=now,
+                finished_at=None,
                 gpus=env["CUDA_VISIBLE_DEVICES"],
-            )  # fmt: skip
+            )
         row = self.store.row(self.name) or {}
         started = row.get("started_at") or now
         if spec.timeout and self.deadline is None:
@@ -330,7 +378,9 @@ class Supervisor:
 
     def _rank_done(self, worker: Worker, state: RankState, code: int) -> None:
         worker.done = True
-        self.store.set_rank(self.name, worker.rank, state=state, exit_code=code, finished_at=time.time())
+        self.store.set_rank(
+            self.name, worker.rank, state=state, exit_code=code, finished_at=time.time()
+        )
         if state is RankState.FAILED:
             msg = f"rank {worker.rank} {_describe_exit(code)}"
             self.store.add_event(self.name, JobEvent(time.time(), "RankFailed", msg, "error"))
@@ -354,11 +404,19 @@ class Supervisor:
             for p in w.procs:
                 if p.returncode is None:
                     p.wait()
+        # Every rank has its exit code now, so reaping any descendant is safe: descendants
+        # that left their group or were orphaned were reparented to us (child subreaper).
+        _kill_and_reap_descendants()
+        for w in self.workers:
             if not w.done:
                 w.done = True
                 code = w.procs[0].returncode if w.procs else None
                 self.store.set_rank(
-                    self.name, w.rank, state=RankState.STOPPED, exit_code=code, finished_at=time.time()
+                    self.name,
+                    w.rank,
+                    state=RankState.STOPPED,
+                    exit_code=code,
+                    finished_at=time.time(),
                 )
         for key in list(self.selector.get_map().values()):
             if key.data is not None:
@@ -373,6 +431,38 @@ class LaunchFailed(Exception):
     def __init__(self, rank: int, message: str) -> None:
         super().__init__(message)
         self.rank = rank
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of the job get reparented to the supervisor (Linux), so cancel
+    can find and reap every one of them instead of leaving them to init."""
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def _kill_and_reap_descendants(timeout: float = 5.0) -> None:
+    """SIGKILL every remaining descendant and reap them all (no zombie outlives the job)."""
+    deadline = time.time() + timeout
+    while True:
+        children = psutil.Process().children(recursive=True)
+        for c in children:
+            with contextlib.suppress(psutil.Error):
+                c.kill()
+        reaped_any = False
+        with contextlib.suppress(ChildProcessError):
+            while True:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    break
+                reaped_any = True
+        if not children and not reaped_any:
+            return
+        if time.time() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -405,6 +495,7 @@ def _human(seconds: float) -> str:
 
 
 def _supervise(home: Path, name: str) -> int:
+    become_subreaper()
     sup = Supervisor(home, name)
     sup.install_signals()
     sup.run()
@@ -424,7 +515,9 @@ def main(argv: list[str] | None = None) -> int:
             print(pid, flush=True)
             os._exit(0)
         os.setsid()
-        log = os.open(home / "jobs" / name / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.open(
+            home / "jobs" / name / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         os.dup2(log, 1)

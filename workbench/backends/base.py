@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
@@ -47,5 +48,5 @@ class Backend(ABC):
         """The exact spec (snapshot paths, credentials) to run ``name`` again."""
 
     @abstractmethod
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self) -> builtins.list[dict[str, Any]]:
         """Hosts with their GPUs and what is allocated on them (for `top`)."""

@@ -6,6 +6,7 @@ the CLI see the same jobs, and a job outlives the process that submitted it.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -54,15 +55,18 @@ class LocalBackend(Backend):
         spec.validate(self.catalog)
         spec.working_dir = str(Path(spec.working_dir or os.getcwd()).resolve())
         if not Path(spec.working_dir).is_dir():
-            raise SpecError("working_dir", f"{spec.working_dir} is not a directory", "create it or pick another")
+            raise SpecError(
+                "working_dir", f"{spec.working_dir} is not a directory", "create it or pick another"
+            )
         self._check_program(spec)
         if spec.name is None:
             spec.name = self._new_name(spec)
         elif self.store.exists(spec.name):
             raise SpecError(
-                "name", f"a job named {spec.name!r} already exists",
+                "name",
+                f"a job named {spec.name!r} already exists",
                 f"pick another --name, or `workbench delete {spec.name}` first",
-            )  # fmt: skip
+            )
         self._check_gpus(spec)
         self._check_mounts(spec)
         files = JobFiles(self.home / "jobs" / spec.name)
@@ -88,23 +92,31 @@ class LocalBackend(Backend):
             job_dir=str(files.dir),
             events=[
                 JobEvent(
-                    time.time(), "Submitted",
+                    time.time(),
+                    "Submitted",
                     f"{spec.workers} worker(s) x {spec.procs_per_worker} process(es); image "
                     f"{spec.image} runs as local processes in {sys.prefix} (no container engine)",
                 )
             ],
-        )  # fmt: skip
+        )
         try:
             self.store.insert(record)
         except sqlite3.IntegrityError:
             shutil.rmtree(files.dir, ignore_errors=True)
-            raise SpecError("name", f"a job named {spec.name!r} already exists", "pick another --name") from None
+            raise SpecError(
+                "name", f"a job named {spec.name!r} already exists", "pick another --name"
+            ) from None
         try:
             self._launch_supervisor(spec.name)
         except OSError as e:
             msg = f"could not start the job supervisor: {e}"
-            self.store.update(spec.name, status=JobStatus.FAILED, message=msg, finished_at=time.time(),
-                              event=JobEvent(time.time(), "Failed", msg, "error"))  # fmt: skip
+            self.store.update(
+                spec.name,
+                status=JobStatus.FAILED,
+                message=msg,
+                finished_at=time.time(),
+                event=JobEvent(time.time(), "Failed", msg, "error"),
+            )
             raise SubmitError(self.name, msg) from e
         return self.get(spec.name)
 
@@ -114,10 +126,22 @@ class LocalBackend(Backend):
         # The launcher forks the real supervisor into its own session and exits at once,
         # so no zombie is left in a long-lived kernel or server.
         subprocess.run(
-            [sys.executable, "-m", "workbench.backends._supervisor", "--detach", str(self.home), name],
-            check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, env=env, start_new_session=True, timeout=60,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "workbench.backends._supervisor",
+                "--detach",
+                str(self.home),
+                name,
+            ],
+            check=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            timeout=60,
+        )
 
     def _new_name(self, spec: TrainSpec) -> str:
         stem = "job"
@@ -135,12 +159,18 @@ class LocalBackend(Backend):
         prog = spec.command[0]
         path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
         if os.sep in prog:
-            target = Path(prog) if Path(prog).is_absolute() else Path(spec.working_dir or ".") / prog
+            target = (
+                Path(prog) if Path(prog).is_absolute() else Path(spec.working_dir or ".") / prog
+            )
             if not target.exists():
-                raise SpecError("command", f"{prog!r} does not exist in {spec.working_dir}", "check the path")
+                raise SpecError(
+                    "command", f"{prog!r} does not exist in {spec.working_dir}", "check the path"
+                )
         elif shutil.which(prog, path=path) is None:
             raise SpecError(
-                "command", f"{prog!r} is not on PATH", "install it or give the full path, e.g. python train.py"
+                "command",
+                f"{prog!r} is not on PATH",
+                "install it or give the full path, e.g. python train.py",
             )
 
     def _check_gpus(self, spec: TrainSpec) -> None:
@@ -164,17 +194,10 @@ class LocalBackend(Backend):
             )
 
     def _check_mounts(self, spec: TrainSpec) -> None:
-        for m in spec.data:
-            if m.scheme in ("", "file"):
-                src = Path(m.src.removeprefix("file://")).expanduser()
-                if not src.is_absolute():
-                    src = Path(spec.working_dir or ".") / src
-                if not src.exists():
-                    raise SpecError("data", f"local source {m.src!r} does not exist", "check the path")
-            elif m.scheme == "pvc":
-                raise SpecError(
-                    "data", f"{m.src!r} is a Kubernetes volume claim", "pvc:// mounts work on a cluster backend"
-                )
+        """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
+        from ..data.staging import check_mounts
+
+        check_mounts(spec, self.home, self.settings)
 
     # ---- read ---------------------------------------------------------------------------
     def get(self, name: str) -> JobRecord:
@@ -212,8 +235,13 @@ class LocalBackend(Backend):
         log = Path(row["job_dir"] or "") / "supervisor.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         msg = "the job's supervisor process ended unexpectedly" + (f": {tail[0]}" if tail else "")
-        self.store.update(name, status=JobStatus.FAILED, message=msg, finished_at=time.time(),
-                          event=JobEvent(time.time(), "SupervisorLost", msg, "error"))  # fmt: skip
+        self.store.update(
+            name,
+            status=JobStatus.FAILED,
+            message=msg,
+            finished_at=time.time(),
+            event=JobEvent(time.time(), "SupervisorLost", msg, "error"),
+        )
         return True
 
     def _kill_ranks(self, name: str) -> None:
@@ -221,7 +249,9 @@ class LocalBackend(Backend):
             if r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"]):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(r["pid"], signal.SIGKILL)
-                self.store.set_rank(name, r["rank"], state=RankState.STOPPED, finished_at=time.time())
+                self.store.set_rank(
+                    name, r["rank"], state=RankState.STOPPED, finished_at=time.time()
+                )
 
     # ---- cancel / delete ----------------------------------------------------------------
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
@@ -248,16 +278,22 @@ class LocalBackend(Backend):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if not self.get(name).status.terminal:
-            self.store.update(name, status=JobStatus.CANCELLED, finished_at=time.time(),
-                              message="cancelled by user (supervisor did not answer)",
-                              event=JobEvent(time.time(), "Cancelled", "cancelled by user", "warning"))  # fmt: skip
+            self.store.update(
+                name,
+                status=JobStatus.CANCELLED,
+                finished_at=time.time(),
+                message="cancelled by user (supervisor did not answer)",
+                event=JobEvent(time.time(), "Cancelled", "cancelled by user", "warning"),
+            )
         return self.get(name)
 
     def delete(self, name: str) -> None:
         """Forget a finished job and remove its folder."""
         record = self.get(name)
         if not record.status.terminal:
-            raise SpecError("name", f"job {name!r} is {record.status.value}", "cancel it before deleting")
+            raise SpecError(
+                "name", f"job {name!r} is {record.status.value}", "cancel it before deleting"
+            )
         self.store.delete(name)
         if record.job_dir:
             shutil.rmtree(record.job_dir, ignore_errors=True)
@@ -281,22 +317,24 @@ class LocalBackend(Backend):
         """Lines of one rank's log; with follow, keeps reading until the job ends."""
         record = self.get(name)
         if rank < 0 or rank >= record.workers:
-            raise SpecError("rank", f"job {name!r} has ranks 0..{record.workers - 1}", f"got {rank}")
+            raise SpecError(
+                "rank", f"job {name!r} has ranks 0..{record.workers - 1}", f"got {rank}"
+            )
         path = JobFiles(Path(record.job_dir or "")).log_path(rank)
         return _read_log(path, follow, tail, lambda: self.get(name).status.terminal)
 
     # ---- hosts --------------------------------------------------------------------------
-    def nodes(self) -> list[dict[str, Any]]:
+    def nodes(self) -> builtins.list[dict[str, Any]]:
         """This host: its GPUs (or why none) and which jobs hold them."""
         from ..monitor import gpu_inventory
 
-        gpus: list[dict[str, Any]] = []
+        gpus: builtins.list[dict[str, Any]] = []
         reason = None
         try:
             inventory = gpu_inventory()
         except MonitorUnavailableError as e:
             inventory, reason = [], e.reason
-        holders: dict[int, list[dict[str, Any]]] = {g.index: [] for g in inventory}
+        holders: dict[int, builtins.list[dict[str, Any]]] = {g.index: [] for g in inventory}
         jobs = []
         for row in self.store.active_rows():
             spec = json.loads(row["spec_json"])
@@ -304,12 +342,28 @@ class LocalBackend(Backend):
             share = float(spec.get("gpus", 0))
             for rank, indices in enumerate(alloc):
                 for i in indices:
-                    holders.setdefault(i, []).append({"job": row["name"], "rank": rank, "share": min(share, 1.0)})
-            jobs.append({"name": row["name"], "status": row["status"], "gpus": share * int(spec.get("workers", 1))})
+                    holders.setdefault(i, []).append(
+                        {"job": row["name"], "rank": rank, "share": min(share, 1.0)}
+                    )
+            jobs.append(
+                {
+                    "name": row["name"],
+                    "status": row["status"],
+                    "gpus": share * int(spec.get("workers", 1)),
+                }
+            )
         for g in inventory:
             used = sum(h["share"] for h in holders.get(g.index, []))
-            gpus.append({"index": g.index, "uuid": g.uuid, "name": g.name,
-                         "memory_total": g.memory_total, "allocated": used, "holders": holders[g.index]})  # fmt: skip
+            gpus.append(
+                {
+                    "index": g.index,
+                    "uuid": g.uuid,
+                    "name": g.name,
+                    "memory_total": g.memory_total,
+                    "allocated": used,
+                    "holders": holders[g.index],
+                }
+            )
         mem = psutil.virtual_memory()
         return [
             {
@@ -337,23 +391,18 @@ def _alive(pid: int, ctime: float | None) -> bool:
 
 def _tail_offset(f: Any, lines: int) -> int:
     """Byte offset where the last ``lines`` lines start (reads backwards in blocks)."""
-    f.seek(0, os.SEEK_END)
-    end = pos = f.tell()
-    seen = 0
-    block = 64 * 1024
+    end = f.seek(0, os.SEEK_END)
+    pos, data = end, b""
     while pos > 0:
-        step = min(block, pos)
+        step = min(64 * 1024, pos)
         pos -= step
         f.seek(pos)
-        chunk = f.read(step)
-        if pos + step == end and chunk.endswith(b"\n"):
-            chunk = chunk[:-1]
-        seen += chunk.count(b"\n")
-        if seen >= lines:
-            # find the exact start inside this chunk
-            idx = len(chunk)
-            for _ in range(seen - lines + 1):
-                idx = chunk.rfind(b"\n", 0, idx)
+        data = f.read(step) + data
+        body = data[:-1] if data.endswith(b"\n") else data
+        if body.count(b"\n") >= lines:
+            idx = len(body)
+            for _ in range(lines):
+                idx = body.rfind(b"\n", 0, idx)
             return pos + idx + 1
     return 0
 
@@ -366,7 +415,9 @@ def _read_log(path: Path, follow: bool, tail: int | None, finished: Any) -> Iter
         time.sleep(0.2)
     with open(path, "rb") as f:
         if tail is not None:
-            f.seek(_tail_offset(f, tail) if tail > 0 else f.seek(0, os.SEEK_END))
+            f.seek(
+                _tail_offset(f, tail) if tail > 0 else 0, os.SEEK_SET if tail > 0 else os.SEEK_END
+            )
         buf = b""
         pending: deque[str] = deque()
         idle = 0.05

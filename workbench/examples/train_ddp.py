@@ -39,7 +39,9 @@ def main() -> None:
         torch.cuda.set_device(device)
 
     torch.manual_seed(0)  # identical initial weights on every rank
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(device)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)
+    ).to(device)
     ddp = DDP(model, device_ids=[local_rank] if use_cuda else None) if world > 1 else model
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr)
     true_w = torch.linspace(-1, 1, 16, device=device)
@@ -54,15 +56,21 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(f"rank {rank} step {step}/{total} epoch {(step - 1) // args.steps + 1} loss {loss.item():.6f}", flush=True)
+        print(
+            f"rank {rank} step {step}/{total} epoch {(step - 1) // args.steps + 1} loss {loss.item():.6f}",
+            flush=True,
+        )
         run.log(step=step, total=total, loss=loss.item())  # rank 0's curve in the job widget
 
     flat = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
-    print(f"rank {rank} done in {time.time() - start:.2f}s world {world} params {digest}", flush=True)
+    print(
+        f"rank {rank} done in {time.time() - start:.2f}s world {world} params {digest}", flush=True
+    )
     if args.save and rank == 0:
         torch.save(model.state_dict(), args.save)
     if world > 1:
+        dist.barrier()  # every rank finished its collectives before anyone tears gloo down
         dist.destroy_process_group()
 
 

@@ -1,0 +1,63 @@
+"""The SQLite store: records, ranks, events, filters; shared by separate processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from workbench.spec import JobEvent, JobRecord, JobStatus, RankState
+from workbench.store import JobStore
+
+
+def record(name: str, t: float) -> JobRecord:
+    return JobRecord(
+        name=name,
+        status=JobStatus.PENDING,
+        backend="local",
+        spec={"workers": 2, "gpus": 1},
+        image="img",
+        created_at=t,
+        price_per_hour=3.6,
+    )
+
+
+def test_round_trip_and_filters(tmp_path: Path):
+    s = JobStore(tmp_path / "jobs.db")
+    s.insert(record("a", 1.0))
+    s.insert(record("b", 2.0))
+    s.update("a", status=JobStatus.RUNNING, started_at=10.0, event=JobEvent(10.0, "Started", "go"))
+    s.set_rank("a", 0, state=RankState.RUNNING, pid=123)
+    s.set_rank("a", 0, state=RankState.FAILED, exit_code=3)
+    a = s.get("a")
+    assert a is not None and a.status is JobStatus.RUNNING
+    assert (
+        a.ranks[0].state is RankState.FAILED and a.ranks[0].exit_code == 3 and a.ranks[0].pid == 123
+    )
+    assert [e.reason for e in a.events] == ["Started"]
+    assert [r.name for r in s.list()] == ["b", "a"]
+    assert [r.name for r in s.list(status=["Running"])] == ["a"]
+    assert [r.name for r in s.list(limit=1, offset=1)] == ["a"]
+    assert s.count() == 2 and s.count(["Pending"]) == 1
+    assert a.cost(now=None) >= 0
+    assert a.to_dict()["ranks"][0]["state"] == "Failed"
+    s.delete("a")
+    assert s.get("a") is None and s.rank_rows("a") == []
+
+
+def test_cost_is_price_times_seconds_times_workers():
+    r = record("c", 0.0)
+    r.started_at, r.finished_at = 100.0, 200.0
+    assert abs(r.cost() - 3.6 / 3600 * 100 * 2) < 1e-12
+
+
+def test_another_process_sees_writes(tmp_path: Path):
+    s = JobStore(tmp_path / "jobs.db")
+    s.insert(record("x", 1.0))
+    code = (
+        "import sys; from workbench.store import JobStore; from workbench.spec import JobStatus;"
+        f"s = JobStore({str(tmp_path / 'jobs.db')!r}); s.update('x', status=JobStatus.SUCCEEDED)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    x = s.get("x")
+    assert x is not None and x.status is JobStatus.SUCCEEDED
