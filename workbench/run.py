@@ -180,22 +180,19 @@ def _serialise(batch: list[Record], rank: int) -> str:
 
 
 def _number(value: Any) -> Any:
-    """Plain numbers stay; tensors and numpy scalars become floats; the rest stays for json."""
-    if value is None or type(value) in (int, float, str, bool):
+    """Plain numbers stay; tensors and numpy scalars become floats; NaN/inf become null."""
+    if value is None or type(value) in (int, str, bool):
         return value
     try:
-        return float(value)
+        number = value if type(value) is float else float(value)
     except (TypeError, ValueError):
         return str(value)
+    return number if math.isfinite(number) else None  # JSON has no NaN or inf
 
 
 def _json_number(value: Any) -> str:
-    """A JSON number, or null for None/NaN/inf (JSON has no NaN)."""
-    if value is None:
-        return "null"
-    if type(value) is float and not math.isfinite(value):
-        return "null"
-    return repr(value)
+    """A JSON number (already made finite by ``_number``), or null."""
+    return "null" if value is None else repr(value)
 
 
 def _start_flusher() -> None:
