@@ -21,7 +21,9 @@ def jp_server_config(manager: Any) -> dict[str, Any]:
     """Load only our extension, with a fast event-stream tick; ``manager`` shares the home
     and cancels whatever a test leaves running."""
     return {
-        "ServerApp": {"jpserver_extensions": {"workbench": True}},
+        "ServerApp": {
+            "jpserver_extensions": {"workbench": True, "jupyter_server_terminals": False}
+        },
         "WorkbenchApp": {"job_poll_interval": 0.1, "api_threads": 8},
     }
 

@@ -97,14 +97,18 @@ async def test_bad_specs_are_400_with_the_field(jp_fetch):
         assert err["error"] and err["status"] == 400
     for raw in ("{not json", "[1, 2]", ""):
         code, err = await error_of(
-            jp_fetch("workbench", "api", "jobs", method="POST", body=raw, allow_nonstandard_methods=True)
+            jp_fetch(
+                "workbench", "api", "jobs", method="POST", body=raw, allow_nonstandard_methods=True
+            )
         )
         assert (code, err["field"]) == (400, "body")
 
 
 async def test_gpus_on_a_cpu_host_is_409_not_500(jp_fetch):
     spec = {"command": ["python", "-c", "pass"], "gpus": 1}
-    code, err = await error_of(jp_fetch("workbench", "api", "jobs", method="POST", body=json.dumps(spec)))
+    code, err = await error_of(
+        jp_fetch("workbench", "api", "jobs", method="POST", body=json.dumps(spec))
+    )
     assert code == 409 and "GPU" in err["error"]
 
 
@@ -116,12 +120,17 @@ async def test_unknown_job_is_404_everywhere(jp_fetch):
         (("ghost", "metrics"), "GET", {}),
         (("ghost", "rerun"), "POST", {"body": "{}"}),
     ):
-        code, err = await error_of(jp_fetch("workbench", "api", "jobs", *parts, method=method, **extra))
+        code, err = await error_of(
+            jp_fetch("workbench", "api", "jobs", *parts, method=method, **extra)
+        )
         assert code == 404 and err["name"] == "ghost", (parts, err)
 
 
 async def test_delete_cancels_and_purge_forgets(jp_fetch):
-    await submit(jp_fetch, {"name": "sleepy", "command": py("import time; print('up', flush=True); time.sleep(60)")})
+    await submit(
+        jp_fetch,
+        {"name": "sleepy", "command": py("import time; print('up', flush=True); time.sleep(60)")},
+    )
     deadline = time.monotonic() + 30
     while not job_processes("sleepy"):
         assert time.monotonic() < deadline
@@ -129,7 +138,9 @@ async def test_delete_cancels_and_purge_forgets(jp_fetch):
     r = await jp_fetch("workbench", "api", "jobs", "sleepy", method="DELETE")
     assert body(r)["status"] == "Cancelled"
     assert job_processes("sleepy") == []
-    r = await jp_fetch("workbench", "api", "jobs", "sleepy", method="DELETE", params={"purge": "true"})
+    r = await jp_fetch(
+        "workbench", "api", "jobs", "sleepy", method="DELETE", params={"purge": "true"}
+    )
     assert r.code == 204
     code, _ = await error_of(jp_fetch("workbench", "api", "jobs", "sleepy"))
     assert code == 404
@@ -138,7 +149,9 @@ async def test_delete_cancels_and_purge_forgets(jp_fetch):
 async def test_rerun_runs_the_snapshot_again(jp_fetch, jp_base_url, tmp_path):
     script = tmp_path / "train.py"
     script.write_text("print('version one')\n")
-    await submit(jp_fetch, {"name": "orig", "command": ["python", "train.py"], "working_dir": str(tmp_path)})
+    await submit(
+        jp_fetch, {"name": "orig", "command": ["python", "train.py"], "working_dir": str(tmp_path)}
+    )
     assert (await wait_done(jp_fetch, "orig"))["status"] == "Succeeded"
     script.write_text("print('version two')\n")  # the rerun must use the snapshot
     r = await jp_fetch("workbench", "api", "jobs", "orig", "rerun", method="POST", body="")
@@ -153,20 +166,26 @@ async def test_rerun_runs_the_snapshot_again(jp_fetch, jp_base_url, tmp_path):
                                 body=json.dumps({"name": "orig-named"})))  # fmt: skip
     assert named["name"] == "orig-named"
     code, err = await error_of(
-        jp_fetch("workbench", "api", "jobs", "orig", "rerun", method="POST", body=json.dumps({"x": 1}))
+        jp_fetch(
+            "workbench", "api", "jobs", "orig", "rerun", method="POST", body=json.dumps({"x": 1})
+        )
     )
     assert (code, err["field"]) == (400, "x")
 
 
 async def test_metrics_of_a_job_that_reports(jp_fetch):
     code = "from workbench import run\nfor i in range(3): run.log(step=i, total=3, loss=1.0 / (i + 1))\nrun.flush()"
-    await submit(jp_fetch, {"name": "reporter", "command": py(code), "env": {"WORKBENCH_RUN_INTERVAL": "0"}})
+    await submit(
+        jp_fetch, {"name": "reporter", "command": py(code), "env": {"WORKBENCH_RUN_INTERVAL": "0"}}
+    )
     assert (await wait_done(jp_fetch, "reporter"))["status"] == "Succeeded"
     metrics = body(await jp_fetch("workbench", "api", "jobs", "reporter", "metrics"))
     assert [m["step"] for m in metrics["scalars"]] == [0, 1, 2]
     assert metrics["scalars"][-1]["loss"] == pytest.approx(1 / 3)
     assert metrics["gpu"] == []  # no GPU here
-    last = body(await jp_fetch("workbench", "api", "jobs", "reporter", "metrics", params={"limit": 1}))
+    last = body(
+        await jp_fetch("workbench", "api", "jobs", "reporter", "metrics", params={"limit": 1})
+    )
     assert [m["step"] for m in last["scalars"]] == [2]
 
 
@@ -184,7 +203,9 @@ async def test_cli_submitted_jobs_are_the_same_jobs(jp_fetch, wb_home):
     assert logs.body.decode().strip() == "from the cli"
 
 
-async def test_routes_live_under_base_url_only(jp_fetch, http_server_client, jp_auth_header, jp_base_url):
+async def test_routes_live_under_base_url_only(
+    jp_fetch, http_server_client, jp_auth_header, jp_base_url
+):
     assert jp_base_url != "/"
     with pytest.raises(HTTPClientError) as info:
         await http_server_client.fetch("/workbench/api/jobs", headers=jp_auth_header)

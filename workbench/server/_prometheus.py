@@ -11,12 +11,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ._gpu import GpuMonitor
 
 # GpuSample fields that are labels, not values.
 GPU_LABELS = ("index", "uuid", "name")
+# generate_latest writes the classic text format; say so, so every Prometheus parses it.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _WorkbenchCollector:
@@ -75,4 +76,4 @@ def render_metrics(counts: dict[str, Any], gpu: GpuMonitor) -> tuple[str, str]:
     """The exposition text and its content type."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_WorkbenchCollector(counts, gpu))
-    return generate_latest(registry).decode(), CONTENT_TYPE_LATEST
+    return generate_latest(registry).decode(), CONTENT_TYPE
