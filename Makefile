@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
+DEMO_NAME := demo-$(shell date +%s)
 
 .PHONY: setup demo test lint typecheck unit bench clean
 
@@ -19,8 +20,11 @@ setup: $(STAMP)
 
 demo: setup
 	@echo "== a 2-worker DDP training on the local backend (WORKBENCH_HOME=$(DEMO_HOME))"
-	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench submit --name demo-$$(date +%s) --workers 2 \
+	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench submit --name $(DEMO_NAME) --workers 2 \
 	  --image pytorch --wait --follow-logs -- python -m workbench.examples.train_ddp --epochs 3 --steps 10
+	@echo "== rank 1 ends with the same parameters as rank 0:"
+	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench logs $(DEMO_NAME) --rank 1 --tail 1
+	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench get $(DEMO_NAME)
 	WORKBENCH_HOME=$(DEMO_HOME) $(BIN)/workbench list
 
 lint: setup
