@@ -47,7 +47,7 @@ def ls(
     prefix = url.split("://", 1)[0] + "://" if "://" in url else ""
     out = []
     for it in items:
-        name = store.fs._strip_protocol(it["name"]).lstrip("/") if prefix else it["name"]
+        name = store.fs._strip_protocol(it["name"]).strip("/") if prefix else it["name"]
         modified = it.get("LastModified") or it.get("last_modified") or it.get("mtime") or ""
         out.append(Entry(name=prefix + name, type=it.get("type", "file"), size=int(it.get("size") or 0),
                          modified=str(modified)))  # fmt: skip
