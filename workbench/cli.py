@@ -396,20 +396,31 @@ def _top_text(nodes: list[dict[str, Any]]) -> str:
                         str(g["index"]),
                         g["name"],
                         f"{g['memory_total'] / 2**30:.0f} GiB",
+                        *_gpu_figures(g),
                         f"{g['allocated']:g}",
                         holders,
                     )
                 )
-            out += [
-                "  " + ln
-                for ln in _table(("GPU", "NAME", "MEMORY", "ALLOCATED", "JOBS"), rows).splitlines()
-            ]
+            out += ["  " + ln for ln in _table(TOP_GPU_COLUMNS, rows).splitlines()]
         jobs = n["active_jobs"]
         out.append(
             f"  Active jobs: {len(jobs)}"
             + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else "")
         )
     return "\n".join(out)
+
+
+TOP_GPU_COLUMNS = ("GPU", "NAME", "MEMORY", "UTIL", "MEM USED", "TEMP", "ALLOCATED", "JOBS")
+
+
+def _gpu_figures(g: dict[str, Any]) -> tuple[str, str, str]:
+    """Live utilisation, memory used and temperature of one GPU for `top` ("-" if unknown)."""
+    util, used, temp = g.get("utilization"), g.get("memory_used"), g.get("temperature")
+    return (
+        "-" if util is None else f"{util:.0f}%",
+        "-" if used is None else f"{used / 2**30:.1f} GiB",
+        "-" if temp is None else f"{temp:.0f} C",
+    )
 
 
 if __name__ == "__main__":

@@ -326,7 +326,7 @@ class LocalBackend(Backend):
     # ---- hosts --------------------------------------------------------------------------
     def nodes(self) -> builtins.list[dict[str, Any]]:
         """This host: its GPUs (or why none) and which jobs hold them."""
-        from ..monitor import gpu_inventory
+        from ..monitor import LIVE_KEYS, gpu_inventory, live_figures
 
         gpus: builtins.list[dict[str, Any]] = []
         reason = None
@@ -352,6 +352,7 @@ class LocalBackend(Backend):
                     "gpus": share * int(spec.get("workers", 1)),
                 }
             )
+        live = live_figures() if inventory else {}  # the host sampler's latest figures
         for g in inventory:
             used = sum(h["share"] for h in holders.get(g.index, []))
             gpus.append(
@@ -364,6 +365,7 @@ class LocalBackend(Backend):
                     "holders": holders[g.index],
                 }
             )
+            gpus[-1].update(live.get(g.index, dict.fromkeys(LIVE_KEYS)))  # None where unknown
         mem = psutil.virtual_memory()
         return [
             {
