@@ -96,6 +96,8 @@ def gpu_html(gpus: list[dict[str, Any]], note: str | None) -> str:
             bits.append(f"{g['temperature']:.0f}&deg;C")
         if isinstance(g.get("power"), (int, float)):
             bits.append(f"{g['power']:.0f} W")
+        if g.get("error"):
+            bits.append(f'<span style="color:#e53935">{html.escape(str(g["error"]))}</span>')
         cells.append(f"{html.escape(label)}: {', '.join(bits) or 'n/a'}")
     return "GPUs: " + " &middot; ".join(cells)
 
