@@ -139,3 +139,27 @@ def test_gpu_top_says_why_there_are_no_gpus(
     shell.run_line_magic("gpu_top", "")
     out = capsys.readouterr().out
     assert out.startswith("Host ") and "GPU" in out and "Active jobs: 0" in out
+
+
+def test_api_and_text_display_need_no_ipython_or_ipywidgets(
+    manager: JobManager, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, workbench\n"
+        "job = workbench.submit(['python', '-c', 'pass'], name='plain', wait=True)\n"
+        "bundle = job._repr_mimebundle_()\n"
+        "print(sorted(bundle), bundle['text/plain'].split('|')[0].strip())\n"
+        "print([m for m in ('IPython', 'ipywidgets', 'traitlets') if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert out == ["['text/plain'] Job plain: Succeeded", "[]"]

@@ -36,7 +36,7 @@ class JobWidget(w.VBox):
         self._gpu_note: str | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
-        self._lock = threading.Lock()  # one refresh at a time (thread vs. a click)
+        self._lock = threading.RLock()  # one refresh at a time; re-entered via the rank picker
         self._thread: threading.Thread | None = None
 
         self.status = w.HTML()
