@@ -70,3 +70,11 @@ def test_the_agent_runs_the_job_and_reports_why(no_driver):
     assert user == ["trained"]
     assert records == [{**records[0], "kind": "monitor", "state": "no_library"}]
     assert records[0]["reason"].startswith(PLAIN)
+
+
+def test_the_gpu_monitor_widget_says_why(no_driver):
+    from workbench import monitor
+
+    w = monitor.show()
+    assert PLAIN in w.header.value and w.cards == {}
+    w.close()

@@ -44,6 +44,10 @@ def live_figures() -> dict[int, dict[str, Any]]:
 
 def show(sampler: HostSampler | None = None) -> Any:
     """A notebook widget with a card per GPU (gauges, history, alerts); needs ipywidgets."""
-    from ..widgets.gpu_monitor import GpuMonitorWidget
-
+    try:
+        from ..widgets.gpu_monitor import GpuMonitorWidget
+    except ImportError:
+        raise ImportError(
+            "the GPU monitor widget needs ipywidgets: pip install 'jupyter-gpu-workbench[notebook]'"
+        ) from None
     return GpuMonitorWidget(sampler or get_host_sampler())
