@@ -323,6 +323,8 @@ def _describe(r: Any) -> str:
         lines.append(
             "            (not pulled: workers run as local processes in the submitting Python environment)"
         )
+    elif r.backend == "local" and r.runtime == "container":
+        lines.append("            (workers run as containers from this image, host network)")
     lines += [
         f"Command:    {' '.join(s.get('command', []))}",
         f"Workdir:    {s.get('working_dir')}",

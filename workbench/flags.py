@@ -28,6 +28,7 @@ FLAG_FIELDS = {
     "priority": "priority",
     "queue": "queue",
     "backend": "backend",
+    "runtime": "runtime",
 }
 
 
@@ -91,6 +92,12 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--priority", help="priority class (cluster backends)")
     p.add_argument("--queue", help="queue (Volcano/Kueue on cluster backends)")
     p.add_argument("--backend", help="where to run: local (default)")
+    p.add_argument(
+        "--runtime",
+        choices=["auto", "process", "container"],
+        help="local backend: workers as containers (Docker/Podman) or processes; "
+        "auto (default) picks containers when a container engine answers",
+    )
 
 
 def _number_text(value: str) -> str:

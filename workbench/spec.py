@@ -44,6 +44,7 @@ SECRET_ENV = re.compile(
 )
 REDACTED = "***"
 MOUNT_MODES = ("ro", "rw")
+RUNTIMES = ("auto", "process", "container")  # the local backend's ways to run workers
 
 
 class JobStatus(str, enum.Enum):
@@ -168,6 +169,9 @@ class TrainSpec:
     priority: str | None = None
     queue: str | None = None
     backend: str | None = None
+    # How the local backend runs workers: auto (containers when an engine answers),
+    # process or container. Cluster backends always run containers.
+    runtime: str = "auto"
 
     # Accepted on input for people who know Arena/Kubeflow spellings.
     ALIASES = {
@@ -356,6 +360,10 @@ class TrainSpec:
             self.max_retries, "max_retries", 0, "give 0 or more, e.g. --retry 2"
         )
         self.timeout = parse_duration(self.timeout)
+        if self.runtime not in RUNTIMES:
+            raise SpecError(
+                "runtime", f"unknown runtime {self.runtime!r}", f"use one of {', '.join(RUNTIMES)}"
+            )
         if self.backend is not None and backends and self.backend not in backends:
             raise SpecError(
                 "backend", f"unknown backend {self.backend!r}", f"use one of {', '.join(backends)}"

@@ -30,6 +30,7 @@ from .. import contract
 from ..errors import MountError
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
+from . import _container_engine as _container
 from . import _placement
 from ._jobfiles import JobFiles
 
@@ -85,6 +86,7 @@ class Supervisor:
         self.spec = TrainSpec.from_dict(json.loads(row["spec_json"]))
         self.spec.env.update(self.files.read_secret_env())
         self.attempt = int(row["attempt"])
+        self.runtime = row.get("runtime") or "process"  # "container": ranks run in containers
         self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
         self.cancelled = False
         self.workers: list[Worker] = []
@@ -150,6 +152,8 @@ class Supervisor:
         """Record the terminal state (last thing before exit)."""
         from ..data.staging import upload_job_outputs
 
+        if self.runtime == "container":
+            _container.supervisor_cleanup(self)
         # Outputs land before the status does, so a waiter finds them in place.
         status, message, reason, level = upload_job_outputs(self, status, message, reason, level)
         from ..monitor.recorder import stop_job_recorder
@@ -308,7 +312,9 @@ class Supervisor:
             try:
                 for extra in per_proc:
                     p = subprocess.Popen(
-                        argv,
+                        _container.rank_argv(self, argv, rank, len(worker.procs))
+                        if self.runtime == "container"
+                        else argv,
                         cwd=cwd,
                         env={**env, **extra},
                         stdin=subprocess.DEVNULL,
@@ -423,6 +429,8 @@ class Supervisor:
                 self.selector.unregister(key.fd)
                 os.close(key.fd)
         self.workers = []
+        if self.runtime == "container":  # a wrapper killed mid-way must not leak a container
+            _container.supervisor_cleanup(self)
 
 
 class LaunchFailed(Exception):

@@ -58,7 +58,12 @@ class LocalBackend(Backend):
             raise SpecError(
                 "working_dir", f"{spec.working_dir} is not a directory", "create it or pick another"
             )
-        self._check_program(spec)
+        from ._container_engine import plan_job
+
+        # Engine, image and GPU pass-through are checked here, before anything starts.
+        plan = plan_job(spec, spec.image_ref(self.catalog))  # None: workers run as processes
+        if plan is None:
+            self._check_program(spec)
         if spec.name is None:
             spec.name = self._new_name(spec)
         elif self.store.exists(spec.name):
@@ -76,6 +81,8 @@ class LocalBackend(Backend):
             raise SpecError(
                 "name", f"{files.dir} already exists", "pick another --name or remove that folder"
             ) from None
+        if plan is not None:
+            plan.save(files.dir)
         safe = spec.redacted()
         files.write_spec(safe)
         files.write_secret_env(spec.secret_env())
@@ -87,7 +94,7 @@ class LocalBackend(Backend):
             backend=self.name,
             spec=safe.to_dict(),
             image=spec.image_ref(self.catalog),
-            runtime="process",
+            runtime="process" if plan is None else "container",
             price_per_hour=offer.price_per_hour,
             job_dir=str(files.dir),
             events=[
@@ -95,7 +102,11 @@ class LocalBackend(Backend):
                     time.time(),
                     "Submitted",
                     f"{spec.workers} worker(s) x {spec.procs_per_worker} process(es); image "
-                    f"{spec.image} runs as local processes in {sys.prefix} (no container engine)",
+                    + (
+                        f"{spec.image} runs as local processes in {sys.prefix} (no container engine)"
+                        if plan is None
+                        else f"{plan.image} runs as containers on {plan.flavour} ({plan.engine})"
+                    ),
                 )
             ],
         )
