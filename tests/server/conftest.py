@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-pytest_plugins = ["pytest_jupyter.jupyter_server"]
+# pytest_plugins for jp_fetch & co. is declared in the root tests/conftest.py (pytest
+# only accepts it there).
 
 Fetch = Callable[..., Awaitable[Any]]
 

@@ -58,7 +58,12 @@ async def test_datasets_browse(jp_fetch, tmp_path):
     has_ls = hasattr(importlib.import_module("workbench.data"), "ls")
     if has_ls:
         data = body(await jp_fetch("workbench", "api", "datasets", params={"url": url}))
-        assert "train.csv" in json.dumps(data["entries"])
+        assert [(e["name"].rsplit("/", 1)[-1], e["type"], e["size"]) for e in data["entries"]] == [
+            ("train.csv", "file", 8)
+        ]
+        with pytest.raises(HTTPClientError) as gone:
+            await jp_fetch("workbench", "api", "datasets", params={"url": str(tmp_path / "nope")})
+        assert gone.value.code == 400 and json.loads(gone.value.response.body)["field"] == "url"
     else:  # the data package has not landed: a clear 503 with a hint, not a crash
         with pytest.raises(HTTPClientError) as info:
             await jp_fetch("workbench", "api", "datasets", params={"url": url})

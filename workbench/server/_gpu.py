@@ -7,7 +7,7 @@ sampler is missing or NVML is unusable, every read says why instead of failing.
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -30,7 +30,12 @@ def _plain(value: Any) -> Any:
 class GpuMonitor:
     """Starts the host sampler on first use and answers reads from its memory."""
 
-    def __init__(self, interval: float, temperature_alert: float, memory_alert: float) -> None:
+    def __init__(
+        self,
+        interval: float | None = None,
+        temperature_alert: float | None = None,
+        memory_alert: float | None = None,
+    ) -> None:
         self.interval = interval
         self.temperature_alert = temperature_alert
         self.memory_alert = memory_alert
@@ -53,23 +58,35 @@ class GpuMonitor:
                 )
                 return
             try:
-                self._sampler = get_host_sampler(**self._sampler_options(get_host_sampler))
+                self._sampler = get_host_sampler()
+                self._configure(self._sampler)
                 self._sampler.start()
             except MonitorUnavailableError as e:
                 self._reason = e.reason
 
-    def _sampler_options(self, factory: Callable[..., Any]) -> dict[str, Any]:
-        """The configured interval and thresholds, for whichever the sampler accepts."""
-        wanted = {
-            "interval": self.interval,
-            "temperature_alert": self.temperature_alert,
-            "memory_alert": self.memory_alert,
-        }
-        try:
-            params = inspect.signature(factory).parameters
-        except (TypeError, ValueError):
-            return {}
-        return {k: v for k, v in wanted.items() if k in params}
+    def _configure(self, sampler: Any) -> None:
+        """Apply the server's configured interval and alert thresholds (None: keep the
+        monitor's own, which honours WORKBENCH_GPU_ALERTS)."""
+        if self.interval is not None:
+            sampler.interval = self.interval  # read by the sampling loop on every tick
+        engine = getattr(sampler, "engine", None)
+        rules = getattr(engine, "rules", None)
+        if (
+            engine is None
+            or rules is None
+            or (self.temperature_alert is None and self.memory_alert is None)
+        ):
+            return
+        values = dataclasses.asdict(rules)
+        if self.temperature_alert is not None:
+            values["temperature_c"] = self.temperature_alert
+            values["temperature_clear_c"] = min(
+                rules.temperature_clear_c, self.temperature_alert - 5
+            )
+        if self.memory_alert is not None:
+            values["memory_pct"] = self.memory_alert
+            values["memory_clear_pct"] = min(rules.memory_clear_pct, self.memory_alert - 5)
+        engine.rules = type(rules)(**values)
 
     def stop(self) -> None:
         """Stop the sampler this server started."""

@@ -76,9 +76,11 @@ class WorkbenchApp(ExtensionApp):
         "change, which also notices jobs whose supervisor died and non-local backends.",
     )
     gpu_sample_interval = Float(
-        2.0,
+        None,
+        allow_none=True,
         config=True,
-        help="Seconds between GPU samples taken by the server's single host sampler.",
+        help="Seconds between GPU samples taken by the server's single host sampler. "
+        "None: the monitor's default (1 s).",
     )
     gpu_history_seconds = Float(
         600.0,
@@ -86,14 +88,18 @@ class WorkbenchApp(ExtensionApp):
         help="Seconds of GPU history that GET gpus returns when the request names no window.",
     )
     alert_gpu_temperature = Float(
-        85.0,
+        None,
+        allow_none=True,
         config=True,
-        help="GPU temperature (degrees Celsius) at or above which the monitor raises an alert.",
+        help="GPU temperature (degrees Celsius) at or above which the monitor raises an alert. "
+        "None: the monitor's default (WORKBENCH_GPU_ALERTS, else 85).",
     )
-    alert_gpu_memory_fraction = Float(
-        0.95,
+    alert_gpu_memory_percent = Float(
+        None,
+        allow_none=True,
         config=True,
-        help="Fraction of GPU memory in use (0-1) at or above which the monitor raises an alert.",
+        help="Percent of GPU memory in use at or above which the monitor raises an alert. "
+        "None: the monitor's default (WORKBENCH_GPU_ALERTS, else 95).",
     )
     api_threads = Int(
         16,
@@ -115,18 +121,22 @@ class WorkbenchApp(ExtensionApp):
         "gpu_history_seconds",
         "alert_gpu_temperature",
     )
-    def _positive(self, proposal: dict[str, Any]) -> float:
+    def _positive(self, proposal: dict[str, Any]) -> float | None:
+        if proposal["value"] is None:
+            return None
         value = float(proposal["value"])
         if value <= 0:
             raise TraitError(f"WorkbenchApp.{proposal['trait'].name} must be > 0, got {value}")
         return value
 
-    @validate("alert_gpu_memory_fraction")
-    def _fraction(self, proposal: dict[str, Any]) -> float:
+    @validate("alert_gpu_memory_percent")
+    def _percent(self, proposal: dict[str, Any]) -> float | None:
+        if proposal["value"] is None:
+            return None
         value = float(proposal["value"])
-        if not 0 < value <= 1:
+        if not 0 < value <= 100:
             raise TraitError(
-                f"WorkbenchApp.alert_gpu_memory_fraction must be in (0, 1], got {value}"
+                f"WorkbenchApp.alert_gpu_memory_percent must be in (0, 100], got {value}"
             )
         return value
 
@@ -149,7 +159,7 @@ class WorkbenchApp(ExtensionApp):
         gpu = GpuMonitor(
             interval=self.gpu_sample_interval,
             temperature_alert=self.alert_gpu_temperature,
-            memory_alert=self.alert_gpu_memory_fraction,
+            memory_alert=self.alert_gpu_memory_percent,
         )
         hub = EventHub(
             manager,

@@ -410,13 +410,18 @@ class DatasetsHandler(WorkbenchHandler):
                 "dataset browsing is not available in this install (workbench.data.ls is missing)",
                 "upgrade jupyter-gpu-workbench to a version with the data package",
             ) from None
-        entries = await self.call(ls, url)
-        self.reply({"url": url, "entries": _jsonable(entries)})
+        try:
+            entries = await self.call(ls, url, settings=self.manager.settings)
+        except MountError as e:  # unknown scheme, missing bucket, no access: about this URL
+            raise SpecError("url", str(e), "check the URL and the storage credentials") from None
+        self.reply({"url": url, "entries": [_plain(e) for e in entries]})
 
 
-def _jsonable(value: Any) -> Any:
-    """Listings as plain JSON (fsspec details may hold datetimes or bytes)."""
-    return json.loads(json.dumps(value, default=str))
+def _plain(entry: Any) -> Any:
+    """A listing entry as JSON (Entry.to_dict, or the value itself when already plain)."""
+    return (
+        entry.to_dict() if hasattr(entry, "to_dict") else json.loads(json.dumps(entry, default=str))
+    )
 
 
 class ImagesHandler(WorkbenchHandler):
