@@ -171,8 +171,11 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
             options["user"] = f"{os.getuid()}:{os.getgid()}"
             options["environment"].setdefault("HOME", "/tmp")
         container = client.containers.create(**options)
+        # Attached before start, so no output is missed; streams straight from the
+        # container's stdio (a followed `logs` polls its log file: ~0.4 s later at exit).
+        output = container.attach(stream=True, logs=True, stdout=True, stderr=True)
         container.start()
-        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        for chunk in output:
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
         code = int(container.wait().get("StatusCode", 1))
