@@ -14,6 +14,7 @@ import argparse
 import collections
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -169,13 +170,34 @@ class Agent:
             sampler = self._start_sampler()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        code = self.child.wait()
+        code = self._wait_child()
         pump.join(timeout=5.0)  # a grandchild may hold the pipe open; do not hang on it
         if sampler is not None:
             sampler.stop()
             self._emit_latest(sampler, force=True)
         self.out.close()
         return code if code >= 0 else 128 - code
+
+    def _wait_child(self) -> int:
+        """Wait for the child, waking at least once a second: Python runs signal handlers
+        only in the main thread, and only once it wakes, whichever thread the kernel
+        delivered the signal to."""
+        assert self.child is not None
+        try:
+            pidfd = os.pidfd_open(self.child.pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        try:
+            while self.child.poll() is None:
+                if pidfd is None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.child.wait(timeout=1.0)
+                else:
+                    select.select([pidfd], [], [], 1.0)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return int(self.child.returncode)
 
     def _pump(self, fd: int) -> None:
         while True:
