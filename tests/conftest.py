@@ -12,6 +12,9 @@ import pytest
 from workbench.manager import JobManager
 from workbench.settings import Settings
 
+# jp_fetch, jp_serverapp, ... for tests/server (pytest accepts pytest_plugins only here).
+pytest_plugins = ["pytest_jupyter.jupyter_server"]
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ["python", "-m", "workbench.examples.train_ddp"]
 
