@@ -1,5 +1,5 @@
 """IPython magics: ``%gpu_train``, ``%%gpu_train``, ``%gpu_jobs``, ``%gpu_logs``, ``%gpu_cancel``,
-``%gpu_top``. Load with ``%load_ext workbench``.
+``%gpu_top``, ``%gpu_monitor``. Load with ``%load_ext workbench``.
 
 The flags are the CLI's (``workbench.flags``); a magic returns at once with a ``Job`` whose
 rich display is the live job widget (text in a terminal), while the job runs under its
@@ -170,6 +170,15 @@ class WorkbenchMagics(Magics):
             print(_jobs_table(m.list(status=["Pending", "Running"]), wide=True))
         else:
             print(_top_text(m.nodes()))
+
+    @line_magic
+    def gpu_monitor(self, line: str = "") -> Any:
+        """A live card per GPU of this host (gauges, history, alerts), or why there is none."""
+        p = _MagicParser(prog="gpu_monitor", description="Watch this host's GPUs.")
+        p.parse_args(_split(line, "gpu_monitor"))
+        from . import monitor
+
+        return monitor.show()
 
 
 def load_ipython_extension(ipython: Any) -> None:

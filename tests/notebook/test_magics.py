@@ -163,3 +163,13 @@ def test_api_and_text_display_need_no_ipython_or_ipywidgets(
         check=True,
     ).stdout.splitlines()
     assert out == ["['text/plain'] Job plain: Succeeded", "[]"]
+
+
+def test_gpu_monitor_magic_says_plainly_there_is_no_gpu(shell: InteractiveShell) -> None:
+    widget = shell.run_line_magic("gpu_monitor", "")
+    try:
+        assert "no NVIDIA driver on this host" in widget.header.value
+    finally:
+        widget.close()
+    with pytest.raises(UsageError, match="gpu_monitor"):
+        shell.run_line_magic("gpu_monitor", "--bogus")
