@@ -199,3 +199,16 @@ def _describe(record):
     from workbench.cli import _describe as describe
 
     return describe(record)
+
+
+def test_output_at_absolute_dst_is_collected_when_the_job_ends(manager, engine, tmp_path):
+    dest = tmp_path / "collected"
+    dest.mkdir()
+    code = "import os; open('/out/rank-%s.txt' % os.environ['RANK'], 'w').write('done')"
+    submit(manager, ["python", "-c", code], tmp_path, name="outs", workers=2,
+           outputs=[f"{dest}:/out:rw"])  # fmt: skip
+    done = manager.wait("outs", timeout=90)
+    assert done.status is JobStatus.SUCCEEDED, (done.message, list(manager.logs("outs")))
+    assert sorted(p.name for p in dest.iterdir()) == ["rank-0.txt", "rank-1.txt"]
+    assert (dest / "rank-1.txt").read_text() == "done"
+    assert "OutputsUploaded" in [e.reason for e in done.events]
