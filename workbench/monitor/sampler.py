@@ -127,6 +127,10 @@ class HostSampler:
             return self._off(
                 MonitorState.DISABLED, f"GPU monitoring is switched off ({ENV_SWITCH}=0)"
             )
+        return self._open_source()
+
+    def _open_source(self) -> bool:
+        """Initialise NVML and attach the GPUs (a subclass reads another source)."""
         try:
             nv = _nvml.init()
         except NvmlUnavailable as e:
@@ -217,12 +221,11 @@ class HostSampler:
         """Read every GPU once now; updates history, alerts and subscribers. Public for tests."""
         if not self.open():
             return []
-        nv = _nvml.lib()
         now = self._clock()
         slow = now >= self._next_slow
         if slow:
             self._next_slow = now + self.slow_interval
-        samples = [self._read(nv, dev, now, slow) for dev in self._devices]
+        samples = self._collect(now, slow)
         with self._lock:
             self._latest = samples
             for s in samples:
@@ -236,6 +239,11 @@ class HostSampler:
             for on_alert in alert_subscribers:
                 _call(on_alert, alert)
         return samples
+
+    def _collect(self, now: float, slow: bool) -> list[GpuSample]:
+        """One reading of every watched GPU through NVML."""
+        nv = _nvml.lib()
+        return [self._read(nv, dev, now, slow) for dev in self._devices]
 
     def _read(self, nv: Any, dev: _Device, now: float, slow: bool) -> GpuSample:
         if dev.lost is not None and dev.present and slow:
@@ -319,6 +327,9 @@ class HostSampler:
 
     # ---- history ------------------------------------------------------------------------
     def _remember(self, s: GpuSample) -> None:
+        if s.index not in self._fine:  # a source that finds GPUs as it goes (exporters)
+            self._fine[s.index] = deque(maxlen=self._fine_len)
+            self._coarse[s.index] = deque(maxlen=self._coarse_len)
         self._fine[s.index].append(s)
         bucket = self._bucket.setdefault(s.index, [])
         if bucket and int(bucket[0].time // self.coarse_seconds) != int(
@@ -420,12 +431,35 @@ _host_pid: int | None = None
 _host_lock = threading.Lock()
 
 
+SOURCE_ENV = "WORKBENCH_GPU_SOURCE"
+
+
+def make_host_sampler() -> HostSampler:
+    """NVML by default; ``WORKBENCH_GPU_SOURCE=dcgm:http://HOST:9400/metrics`` reads a
+    DCGM exporter (or any Prometheus endpoint with its metric names) instead."""
+    source = os.environ.get(SOURCE_ENV, "").strip()
+    if not source or source == "nvml":
+        return HostSampler()
+    kind, _, url = source.partition(":")
+    if kind in ("dcgm", "prometheus") and url:
+        from .dcgm import DcgmExporterSampler
+
+        return DcgmExporterSampler(url)
+    sampler = HostSampler()
+    sampler._opened = True
+    sampler._off(
+        MonitorState.ERROR,
+        f"{SOURCE_ENV}={source!r} is not understood; use nvml or dcgm:http://HOST:9400/metrics",
+    )
+    return sampler
+
+
 def get_host_sampler() -> HostSampler:
     """The process-wide sampler, started on first use (a forked child gets its own)."""
     global _host, _host_pid
     with _host_lock:
         if _host is None or _host_pid != os.getpid():
-            _host, _host_pid = HostSampler(), os.getpid()
+            _host, _host_pid = make_host_sampler(), os.getpid()
             _host.start()
         return _host
 
