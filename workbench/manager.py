@@ -58,12 +58,24 @@ class JobManager:
         self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
     ) -> list[JobRecord]:
         """Jobs of every backend in use, newest first."""
-        out: list[JobRecord] = []
-        for backend in self._known_backends():
-            out.extend(backend.list(status=status))
-        out.sort(key=lambda r: r.created_at, reverse=True)
+        return self.page(status=status, limit=limit, offset=offset)[0]
+
+    def page(
+        self,
+        status: builtins.list[str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        backend: str | None = None,
+    ) -> tuple[builtins.list[JobRecord], int]:
+        """One page of jobs, newest first, and how many match in all."""
+        backends = [self.backend(backend)] if backend else self._known_backends()
+        if len(backends) == 1:  # the store pages and counts; nothing else is read
+            (b,) = backends
+            return b.list(status=status, limit=limit, offset=offset), b.count(status)
+        records = [r for b in backends for r in b.list(status=status)]
+        records.sort(key=lambda r: r.created_at, reverse=True)
         end = None if limit is None else offset + limit
-        return out[offset:end]
+        return records[offset:end], len(records)
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Stop the job and every process of it."""
@@ -126,7 +138,5 @@ class JobManager:
 
     def counts(self) -> dict[str, int]:
         """Jobs per status."""
-        counts = {s.value: 0 for s in JobStatus}
-        for r in self.list():
-            counts[r.status.value] += 1
-        return counts
+        backends = self._known_backends()
+        return {s.value: sum(b.count([s.value]) for b in backends) for s in JobStatus}

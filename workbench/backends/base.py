@@ -30,6 +30,10 @@ class Backend(ABC):
         """Jobs, newest first."""
 
     @abstractmethod
+    def count(self, status: builtins.list[str] | None = None) -> int:
+        """How many jobs (optionally only in these states)."""
+
+    @abstractmethod
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Stop every process of the job; returns the record once it is terminal."""
 

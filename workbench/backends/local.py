@@ -228,6 +228,10 @@ class LocalBackend(Backend):
             self._supervisor_lost(row["name"], row)
         return self.store.list(status=status, backend=None, limit=limit, offset=offset)
 
+    def count(self, status: builtins.list[str] | None = None) -> int:
+        """How many jobs (optionally only in these states)."""
+        return self.store.count(status)
+
     def _supervisor_lost(self, name: str, row: dict[str, Any] | None = None) -> bool:
         """Fail an active job whose supervisor is gone; True when it did."""
         row = row or self.store.row(name)

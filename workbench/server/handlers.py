@@ -232,14 +232,10 @@ class JobsHandler(WorkbenchHandler):
         offset = self.int_arg("offset", 0, 0) or 0
 
         def page() -> dict[str, Any]:
-            if backend:
-                records = self.manager.backend(backend).list(status=status)
-            else:
-                records = self.manager.list(status=status)
-            chosen = records[offset : offset + limit]
+            records, total = self.manager.page(status, limit, offset, backend=backend)
             return {
-                "jobs": [r.to_dict() for r in chosen],
-                "total": len(records),
+                "jobs": [r.to_dict() for r in records],
+                "total": total,
                 "offset": offset,
                 "limit": limit,
             }
@@ -258,8 +254,7 @@ class JobsHandler(WorkbenchHandler):
     def _spec(self, body: dict[str, Any]) -> TrainSpec:
         root = self.wb.root_dir
         if self.wb.default_runtime and "runtime" not in body:
-            if "runtime" in {f.name for f in dataclasses.fields(TrainSpec)}:
-                body["runtime"] = self.wb.default_runtime
+            body["runtime"] = self.wb.default_runtime
         spec = TrainSpec.from_dict(body, base_dir=root)
         if not spec.working_dir:
             spec.working_dir = str(root)
