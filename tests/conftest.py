@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -41,17 +42,35 @@ def manager(wb_home: Path):
 
 
 def job_processes(name: str) -> list[psutil.Process]:
-    """Live processes whose environment says they belong to job ``name``."""
+    """Live processes of job ``name`` under this test's WORKBENCH_HOME (matched on the
+    job folder in their environment, so suites running side by side never mix)."""
+    home = os.environ.get("WORKBENCH_HOME")
+    job_dir = str(Path(home) / "jobs" / name) if home else None
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
             if p.pid == os.getpid() or p.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if p.environ().get("WORKBENCH_JOB_NAME") == name:
+            env = p.environ()
+            if env.get("WORKBENCH_JOB_NAME") != name:
+                continue
+            if job_dir is None or env.get("WORKBENCH_JOB_DIR") == job_dir:
                 found.append(p)
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def wait_for(
+    predicate, timeout: float = 30.0, what: str = "condition", every: float = 0.05
+) -> None:
+    """Poll ``predicate`` until it holds; fail the test naming ``what`` after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def python() -> str:

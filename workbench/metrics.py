@@ -10,6 +10,7 @@ Layout under JOB_DIR/metrics/: ``scalars-rank{N}.jsonl`` (one JSON object per li
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +27,22 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict[str, Any]]:
     """Records of a JSONL file, skipping a torn last line (the writer may be mid-line)."""
     if not path.exists():
         return []
-    out: list[dict[str, Any]] = []
     with open(path, "rb") as f:
-        for raw in f:
-            if not raw.endswith(b"\n"):
-                break
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
+        out = parse_records(raw for raw in f if raw.endswith(b"\n"))
     return out[-limit:] if limit else out
+
+
+def parse_records(lines: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The JSON objects among whole lines; anything else (a stray write) is skipped."""
+    out: list[dict[str, Any]] = []
+    for raw in lines:
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
 
 
 def read_job_metrics(

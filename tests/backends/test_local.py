@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import EXAMPLE, job_processes
+from tests.conftest import EXAMPLE, job_processes, wait_for
 from workbench.errors import JobNotFoundError, SpecError, SubmitError
 from workbench.spec import JobStatus, RankState, TrainSpec
 
@@ -28,15 +28,6 @@ def submit(manager, command, **kw):
 
 def logs(manager, name, rank=0):
     return list(manager.logs(name, rank=rank))
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow

@@ -6,13 +6,12 @@ import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.conftest import EXAMPLE, job_processes
+from tests.conftest import EXAMPLE, job_processes, wait_for
 from workbench.backends import _container_engine as engine_mod
 from workbench.errors import BackendUnavailableError, SpecError, SubmitError
 from workbench.spec import JobStatus, RankState, TrainSpec
@@ -32,15 +31,6 @@ def submit(manager, command, tmp_path, **kw):
 
 def labelled(client, name):
     return client.containers.list(all=True, filters={"label": f"workbench.job={name}"})
-
-
-def wait_for(predicate, timeout=60.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow

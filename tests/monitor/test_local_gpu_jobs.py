@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.monitor.conftest import FAKE_PKG
 from workbench.errors import SubmitError
 from workbench.monitor import job_metrics
@@ -52,15 +52,6 @@ def submit(manager, seconds: float, gpus: float = 1, workers: int = 1, name: str
     )
     spec = TrainSpec(command=[sys.executable, "-c", code], gpus=gpus, workers=workers, name=name)
     return manager.submit(spec)
-
-
-def wait_for(predicate, timeout=30.0, what="condition"):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.slow

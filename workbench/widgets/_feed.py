@@ -8,7 +8,6 @@ lines, ``max_points`` points per scalar series.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import deque
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..manager import JobManager
-from ..metrics import GPU_FILE, metrics_dir
+from ..metrics import GPU_FILE, metrics_dir, parse_records
 from ..spec import JobRecord
 
 LOG_LINES = 40
@@ -61,15 +60,7 @@ class JsonlFollower:
         if end < 0:
             return []
         self.offset += end + 1
-        out = []
-        for raw in data[: end + 1].splitlines():
-            try:
-                record = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-        return out
+        return parse_records(data[: end + 1].splitlines())
 
 
 @dataclass
