@@ -70,6 +70,10 @@ def main() -> None:
     if args.save and rank == 0:
         torch.save(model.state_dict(), args.save)
     if world > 1:
+        # Drop DDP (its reducer holds gloo work with tensors) while the interpreter is fully
+        # alive; freeing them during interpreter shutdown can abort the process (SIGABRT,
+        # "terminate called without an active exception"), seen now and then on gloo.
+        del ddp, opt
         dist.barrier()  # every rank finished its collectives before anyone tears gloo down
         dist.destroy_process_group()
 
