@@ -259,6 +259,12 @@ class LocalBackend(Backend):
         )
         return True
 
+    def _ranks_alive(self, name: str) -> bool:
+        return any(
+            r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"])
+            for r in self.store.rank_rows(name)
+        )
+
     def _kill_ranks(self, name: str) -> None:
         for r in self.store.rank_rows(name):
             if r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"]):
@@ -287,6 +293,10 @@ class LocalBackend(Backend):
                 if not (pid and _alive(pid, ctime)):
                     return record
             time.sleep(0.05)
+        # Every rank gone but the supervisor still busy: it is sending outputs back (see
+        # workbench.data); killing it would lose them. Return; it records Cancelled itself.
+        if pid and _alive(pid, ctime) and not self._ranks_alive(name):
+            return self.get(name)
         # The supervisor did not answer: do its job.
         self._kill_ranks(name)
         if pid and _alive(pid, ctime):

@@ -14,6 +14,7 @@ import concurrent.futures as cf
 import contextlib
 import fcntl
 import hashlib
+import itertools
 import json
 import os
 import threading
@@ -222,8 +223,17 @@ class ObjectCache:
                 progress.done_bytes += f.done_bytes()
         last = 0.0
         pool = cf.ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="prefetch")
+        # A sliding window of futures: cf.wait walks every pending future on each call, so
+        # submitting all of 1,000 small objects at once made waiting quadratic.
+        queue = iter(units)
+        pending: set[cf.Future[tuple[_Fetch, int, bool]]] = set()
+
+        def top_up() -> None:
+            for f, i in itertools.islice(queue, max(0, 2 * self.concurrency - len(pending))):
+                pending.add(pool.submit(f.fetch_part, store.fs, i))
+
         try:
-            pending = {pool.submit(f.fetch_part, store.fs, i) for f, i in units}
+            top_up()
             for f in resumed_whole:  # an interrupted object whose parts were all there
                 f.finish()
                 progress.done_files += 1
@@ -239,6 +249,7 @@ class ObjectCache:
                             progress.done_files += 1
                             result.fetched += 1
                             result.fetched_bytes += fetch.obj.size
+                top_up()
                 if check:
                     check()  # may raise (a cancel): the pool stops, partials stay for a rerun
                 if report and time.monotonic() - last >= every:
