@@ -41,5 +41,7 @@ RUN set -eux; \
     python3 -c "import torch, workbench.run; print('torch', torch.__version__)"; \
     rm -rf /tmp/workbench-src
 
-LABEL org.opencontainers.image.title="workbench pytorch worker"
+# The container runtime wraps each rank in the monitoring agent when an image says it can.
+LABEL org.opencontainers.image.title="workbench pytorch worker" \
+      org.workbench.agent="python -m workbench.agent"
 WORKDIR /workspace

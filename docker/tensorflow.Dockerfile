@@ -37,4 +37,6 @@ RUN set -eux; \
     python3 -c "import tensorflow as tf, workbench.run; print('tensorflow', tf.__version__)"; \
     rm -rf /tmp/workbench-src
 
+# The container runtime wraps each rank in the monitoring agent when an image says it can.
+LABEL org.workbench.agent="python -m workbench.agent"
 WORKDIR /workspace

@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import EXAMPLE, job_processes, wait_for
 from workbench.backends import _container_engine as engine_mod
 from workbench.errors import BackendUnavailableError, SpecError, SubmitError
+from workbench.metrics import read_jsonl
 from workbench.spec import JobStatus, RankState, TrainSpec
 
 IMAGE = "pytorch:2.13-cpu"
@@ -60,6 +61,13 @@ def test_two_worker_ddp_runs_in_two_containers(manager, engine, docker_client, t
         digests.append(line.split("params ")[1])
     assert digests[0] == digests[1]  # both ranks end with identical parameters
     assert labelled(docker_client, "ddp") == []  # removed when the job ended
+    # Each rank ran under the monitoring agent (the image's label asks for it): its records
+    # went to the job's metrics, none into the user's log.
+    assert not any("@wb-metric" in x for rank in (0, 1) for x in logs[rank])
+    for rank in (0, 1):
+        records = read_jsonl(Path(done.job_dir) / "metrics" / f"agent-rank{rank}.jsonl")
+        assert records and records[0]["kind"] == "monitor" and records[0]["rank"] == rank
+        assert "no GPUs are visible to this job" in records[0]["reason"]
 
 
 def test_data_mount_at_absolute_dst_inside_the_container(manager, engine, tmp_path):

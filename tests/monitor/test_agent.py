@@ -154,3 +154,31 @@ def test_the_parser_never_takes_user_lines():
     assert records == [{"kind": "gpu", "samples": [], "note": "a\nb"}] * 2
     got: list[dict] = []
     assert list(filter_metric_lines(iter(lines), got.append)) == user and len(got) == 2
+
+
+def test_byte_splitter_passes_user_bytes_at_once_and_keeps_records_whole():
+    from workbench.monitor.stream import MetricByteSplitter, format_metric_line
+
+    record = {"kind": "gpu", "rank": 1, "samples": [{"index": 0, "utilization": 97.0}]}
+    stream = (
+        b"epoch 1 loss=0.5\n"
+        + format_metric_line(record).encode()
+        + "progress 50%\r".encode()
+        + "progress 100% \u2713\n".encode()
+        + b"\x1f@wb-not-a-record\n"
+        + format_metric_line({**record, "rank": 2}).encode()
+        + b"tail without newline"
+    )
+    for size in (1, 2, 3, 7, 64, len(stream)):  # every way the pipe may cut it
+        got: list[dict] = []
+        splitter = MetricByteSplitter(got.append)
+        out = b"".join(splitter.feed(stream[i : i + size]) for i in range(0, len(stream), size))
+        out += splitter.close()
+        assert out.decode() == (
+            "epoch 1 loss=0.5\nprogress 50%\rprogress 100% \u2713\n\x1f@wb-not-a-record\n"
+            "tail without newline"
+        ), size
+        assert got == [record, {**record, "rank": 2}], size
+    # a partial user line is handed on at once, not held until its newline
+    splitter = MetricByteSplitter(lambda r: None)
+    assert splitter.feed(b"step 3 of 10 ...") == b"step 3 of 10 ..."

@@ -25,6 +25,8 @@ BACKEND = "local"
 RUNTIMES = ("auto", "process", "container")
 PLAN_FILE = "container.json"
 LABEL_JOB = "workbench.job"
+# An image with this label runs `python -m workbench.agent -- CMD` (our Dockerfiles set it).
+AGENT_LABEL = "org.workbench.agent"
 LABEL_RANK = "workbench.rank"
 LABEL_ATTEMPT = "workbench.attempt"
 PROBE_TIMEOUT = 2.0  # seconds an engine gets to answer a ping when `auto` looks for one

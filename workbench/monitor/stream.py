@@ -59,3 +59,52 @@ def filter_metric_lines(
             yield line
         else:
             on_record(record)
+
+
+class MetricByteSplitter:
+    """Streaming byte form for a wrapper relaying a child's raw output: user bytes pass
+    through at once (a partial line is not held back), whole metric lines go to
+    ``on_record``. Records only ever start at a line start, so only there is anything held,
+    and only while it could still be a record."""
+
+    PREFIX = METRIC_PREFIX.encode()
+
+    def __init__(self, on_record: Callable[[dict[str, Any]], None]) -> None:
+        self.on_record = on_record
+        self._buf = b""
+        self._at_line_start = True
+
+    def feed(self, chunk: bytes) -> bytes:
+        """The user bytes of ``chunk`` (plus whatever earlier chunks held back)."""
+        self._buf += chunk
+        out = bytearray()
+        while self._buf:
+            if not self._at_line_start:
+                nl = self._buf.find(b"\n")
+                if nl < 0:
+                    out += self._buf
+                    self._buf = b""
+                    break
+                out += self._buf[: nl + 1]
+                self._buf = self._buf[nl + 1 :]
+                self._at_line_start = True
+            elif self._buf.startswith(self.PREFIX):
+                nl = self._buf.find(b"\n")
+                if nl < 0:
+                    break  # the rest of the record is on its way
+                line, self._buf = self._buf[: nl + 1], self._buf[nl + 1 :]
+                record = parse_metric_line(line.decode("utf-8", "replace"))
+                if record is None:
+                    out += line  # looked like one, was not: it stays the user's
+                else:
+                    self.on_record(record)
+            elif self.PREFIX.startswith(self._buf):
+                break  # too short to tell yet
+            else:
+                self._at_line_start = False
+        return bytes(out)
+
+    def close(self) -> bytes:
+        """Whatever is still held (the stream ended mid-line)."""
+        rest, self._buf = self._buf, b""
+        return rest
