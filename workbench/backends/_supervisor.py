@@ -15,7 +15,6 @@ import json
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,8 +32,16 @@ from ..store import JobStore
 from . import _container_engine as _container
 from . import _placement
 from ._jobfiles import JobFiles
-
-LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec")
+from ._processes import (
+    become_subreaper,
+    describe_exit,
+    free_ports,
+    has_launcher,
+    human_duration,
+    kill_and_reap_descendants,
+    killpg,
+    process_ctime,
+)
 
 
 class Stop(Exception):
@@ -49,27 +56,6 @@ class Worker:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     pgid: int = 0
     done: bool = False
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1."""
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def has_launcher(argv: list[str]) -> bool:
-    """True when the command starts its own per-process launcher (torchrun, mpirun)."""
-    head = argv[:4]
-    return any(Path(a).name in LAUNCHERS or a in LAUNCHERS for a in head)
 
 
 class Supervisor:
@@ -344,7 +330,7 @@ class Supervisor:
                 rank,
                 state=RankState.RUNNING,
                 pid=lead.pid,
-                ctime=_ctime(lead.pid),
+                ctime=process_ctime(lead.pid),
                 exit_code=None,
                 started_at=now,
                 finished_at=None,
@@ -363,7 +349,7 @@ class Supervisor:
             timeout = None if self.deadline is None else max(0.0, self.deadline - time.time())
             if timeout is not None and timeout <= 0:
                 assert self.spec.timeout is not None
-                return f"timed out after {_human(self.spec.timeout)}"
+                return f"timed out after {human_duration(self.spec.timeout)}"
             # Also wake every few seconds to notice a cancel flag set without a signal.
             events = self.selector.select(timeout=min(timeout, 5.0) if timeout is not None else 5.0)
             for key, _ in events:
@@ -376,7 +362,7 @@ class Supervisor:
                 code = proc.wait()
                 if code != 0:
                     self._rank_done(worker, RankState.FAILED, code)
-                    return f"rank {worker.rank} {_describe_exit(code)}"
+                    return f"rank {worker.rank} {describe_exit(code)}"
                 if all(p.returncode is not None for p in worker.procs):
                     self._rank_done(worker, RankState.SUCCEEDED, 0)
             self._check_cancel()
@@ -388,7 +374,7 @@ class Supervisor:
             self.name, worker.rank, state=state, exit_code=code, finished_at=time.time()
         )
         if state is RankState.FAILED:
-            msg = f"rank {worker.rank} {_describe_exit(code)}"
+            msg = f"rank {worker.rank} {describe_exit(code)}"
             self.store.add_event(self.name, JobEvent(time.time(), "RankFailed", msg, "error"))
 
     def stop_all(self, why: str) -> None:
@@ -396,7 +382,7 @@ class Supervisor:
         groups = [w.pgid for w in self.workers if w.pgid]
         for w in self.workers:
             if not w.done:
-                _killpg(w.pgid, signal.SIGTERM)
+                killpg(w.pgid, signal.SIGTERM)
         deadline = time.time() + self.stop_grace
         for w in self.workers:
             for p in w.procs:
@@ -405,14 +391,14 @@ class Supervisor:
                         p.wait(timeout=max(0.0, deadline - time.time()))
         # Kill whatever remains in the groups, finished ranks' stray children included.
         for g in groups:
-            _killpg(g, signal.SIGKILL)
+            killpg(g, signal.SIGKILL)
         for w in self.workers:
             for p in w.procs:
                 if p.returncode is None:
                     p.wait()
         # Every rank has its exit code now, so reaping any descendant is safe: descendants
         # that left their group or were orphaned were reparented to us (child subreaper).
-        _kill_and_reap_descendants()
+        kill_and_reap_descendants()
         for w in self.workers:
             if not w.done:
                 w.done = True
@@ -439,67 +425,6 @@ class LaunchFailed(Exception):
     def __init__(self, rank: int, message: str) -> None:
         super().__init__(message)
         self.rank = rank
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants of the job get reparented to the supervisor (Linux), so cancel
-    can find and reap every one of them instead of leaving them to init."""
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)
-
-
-def _kill_and_reap_descendants(timeout: float = 5.0) -> None:
-    """SIGKILL every remaining descendant and reap them all (no zombie outlives the job)."""
-    deadline = time.time() + timeout
-    while True:
-        children = psutil.Process().children(recursive=True)
-        for c in children:
-            with contextlib.suppress(psutil.Error):
-                c.kill()
-        reaped_any = False
-        with contextlib.suppress(ChildProcessError):
-            while True:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-                if pid == 0:
-                    break
-                reaped_any = True
-        if not children and not reaped_any:
-            return
-        if time.time() > deadline:
-            return
-        time.sleep(0.01)
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _ctime(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _human(seconds: float) -> str:
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
 
 
 def _supervise(home: Path, name: str) -> int:

@@ -32,6 +32,7 @@ from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
 from ._jobfiles import JobFiles
+from ._processes import same_process
 from .base import Backend
 
 ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
@@ -241,7 +242,7 @@ class LocalBackend(Backend):
         if pid is None:
             if time.time() - row["created_at"] < 60:
                 return False  # still starting
-        elif _alive(pid, ctime):
+        elif same_process(pid, ctime):
             return False
         row = self.store.row(name)  # it may have finished while we looked
         if row is None or row["status"] not in ACTIVE:
@@ -259,15 +260,21 @@ class LocalBackend(Backend):
         )
         return True
 
-    def _ranks_alive(self, name: str) -> bool:
+    def _rankssame_process(self, name: str) -> bool:
         return any(
-            r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"])
+            r["pid"]
+            and r["state"] == RankState.RUNNING.value
+            and same_process(r["pid"], r["ctime"])
             for r in self.store.rank_rows(name)
         )
 
     def _kill_ranks(self, name: str) -> None:
         for r in self.store.rank_rows(name):
-            if r["pid"] and r["state"] == RankState.RUNNING.value and _alive(r["pid"], r["ctime"]):
+            if (
+                r["pid"]
+                and r["state"] == RankState.RUNNING.value
+                and same_process(r["pid"], r["ctime"])
+            ):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(r["pid"], signal.SIGKILL)
                 self.store.set_rank(
@@ -283,23 +290,23 @@ class LocalBackend(Backend):
         self.store.update(name, cancel_requested=1)
         row = self.store.row(name) or {}
         pid, ctime = row.get("supervisor_pid"), row.get("supervisor_ctime")
-        if pid and _alive(pid, ctime):
+        if pid and same_process(pid, ctime):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
         deadline = time.time() + max(wait, self.settings.stop_grace + 5)
         while time.time() < deadline:
             record = self.get(name)
             if record.status.terminal:
-                if not (pid and _alive(pid, ctime)):
+                if not (pid and same_process(pid, ctime)):
                     return record
             time.sleep(0.05)
         # Every rank gone but the supervisor still busy: it is sending outputs back (see
         # workbench.data); killing it would lose them. Return; it records Cancelled itself.
-        if pid and _alive(pid, ctime) and not self._ranks_alive(name):
+        if pid and same_process(pid, ctime) and not self._rankssame_process(name):
             return self.get(name)
         # The supervisor did not answer: do its job.
         self._kill_ranks(name)
-        if pid and _alive(pid, ctime):
+        if pid and same_process(pid, ctime):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if not self.get(name).status.terminal:
@@ -403,17 +410,6 @@ class LocalBackend(Backend):
                 "active_jobs": jobs,
             }
         ]
-
-
-def _alive(pid: int, ctime: float | None) -> bool:
-    """True when ``pid`` still names the process created at ``ctime`` (guards PID reuse)."""
-    try:
-        p = psutil.Process(pid)
-        if p.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return ctime is None or abs(p.create_time() - ctime) < 1.0
-    except psutil.Error:
-        return False
 
 
 def _tail_offset(f: Any, lines: int) -> int:
