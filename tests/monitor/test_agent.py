@@ -163,7 +163,7 @@ def test_byte_splitter_passes_user_bytes_at_once_and_keeps_records_whole():
     stream = (
         b"epoch 1 loss=0.5\n"
         + format_metric_line(record).encode()
-        + "progress 50%\r".encode()
+        + b"progress 50%\r"
         + "progress 100% \u2713\n".encode()
         + b"\x1f@wb-not-a-record\n"
         + format_metric_line({**record, "rank": 2}).encode()
