@@ -32,11 +32,13 @@ SUBMIT_WALL: list[float] = []
 def run_torchrun(env: dict[str, str]) -> float:
     script = Path(__file__).resolve().parent.parent / "workbench" / "examples" / "train_ddp.py"
     t0 = time.perf_counter()
-    subprocess.run(
+    out = subprocess.run(
         [str(BIN / "torchrun"), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
          "--master-port", str(_free_port()), str(script), *TRAIN_ARGS],
-        check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    if out.returncode != 0:
+        raise SystemExit(f"torchrun failed ({out.returncode}):\n{out.stderr[-3000:]}")
     return time.perf_counter() - t0
 
 

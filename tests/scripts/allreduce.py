@@ -18,3 +18,4 @@ sys.stdout.write(
 sys.stdout.flush()
 dist.barrier()
 dist.destroy_process_group()
+os._exit(0)  # skip interpreter finalization: see workbench/examples/train_ddp.py
