@@ -110,41 +110,7 @@ def test_tensorflow_and_mpi_contracts(manager):
     assert Path(mpi["OMPI_MCA_orte_default_hostfile"]).read_text() == "127.0.0.1 slots=1\n"
 
 
-def test_failing_rank_fails_job_and_stops_the_others(manager):
-    submit(
-        manager,
-        ["python", "fail_rank.py"],
-        name="gang",
-        workers=2,
-        env={"FAIL_RANK": "1", "FAIL_CODE": "3", "OTHER_SLEEP": "600"},
-    )
-    done = manager.wait("gang", timeout=60)
-    assert done.status is JobStatus.FAILED
-    assert done.message == "rank 1 exited with code 3"
-    by_rank = {x.rank: x for x in done.ranks}
-    assert by_rank[1].state is RankState.FAILED and by_rank[1].exit_code == 3
-    assert by_rank[0].state is RankState.STOPPED  # killed by gang semantics, not left running
-    assert job_processes("gang") == []
-    assert "RankFailed" in [e.reason for e in done.events]
-
-
-def test_retries_restart_the_gang_with_an_attempt_count(manager):
-    submit(
-        manager,
-        ["python", "fail_rank.py"],
-        name="retry",
-        workers=2,
-        max_retries=2,
-        env={"FAIL_RANK": "0", "FAIL_UNTIL": "1"},
-    )
-    done = manager.wait("retry", timeout=60)
-    assert done.status is JobStatus.SUCCEEDED, done.message
-    assert done.attempt == 2
-    reasons = [e.reason for e in done.events]
-    assert reasons.count("Restarting") == 1 and reasons.count("Started") == 2
-    log0 = logs(manager, "retry", 0)
-    assert "rank 0 attempt 1 started" in log0 and "[workbench] ---- attempt 2 ----" in log0
-    assert log0[-1] == "rank 0 finished"
+# Gang failure, retries, log follow/tail and env on both runtimes: tests/containers/test_contract.py
 
 
 def test_retries_exhausted_fail_the_job(manager):

@@ -54,6 +54,7 @@ class TestRuntimeContract:
         assert by_rank[0].state is RankState.STOPPED
         assert "rank 1 failing on purpose" in log_lines(manager, "gang", 1)
         assert job_processes("gang") == []
+        assert "RankFailed" in [e.reason for e in done.events]
 
     def test_retries_restart_the_gang(self, manager, runtime):
         submit(manager, runtime, ["python", "fail_rank.py"], name="retry", workers=2,
