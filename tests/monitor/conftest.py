@@ -20,6 +20,21 @@ def gpu(**steps_and_opts: Any) -> dict[str, Any]:
     return dict(steps_and_opts)
 
 
+def fake_gpus_in_subprocesses(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: dict[str, Any]
+) -> None:
+    """Supervisors and other children this test starts import the fake as ``pynvml``
+    (PYTHONPATH) and sample it quickly."""
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(scenario))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(FAKE_PKG), os.environ.get("PYTHONPATH", "")])
+    )
+    monkeypatch.setenv("WORKBENCH_FAKE_NVML", str(path))
+    monkeypatch.setenv("WORKBENCH_GPU_INTERVAL", "0.1")
+    monkeypatch.setenv("WORKBENCH_GPU_RECORD_INTERVAL", "0.1")
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     """A clock tests move by hand."""

@@ -6,14 +6,12 @@ tests/fakes/nvml_pkg (first on PYTHONPATH), the test process has the same fake a
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import pytest
 
 from tests.conftest import wait_for
-from tests.monitor.conftest import FAKE_PKG
+from tests.monitor.conftest import fake_gpus_in_subprocesses
 from workbench.errors import SubmitError
 from workbench.monitor import job_metrics
 from workbench.spec import JobStatus, TrainSpec
@@ -33,15 +31,8 @@ HOT_HOST = {
 @pytest.fixture
 def gpu_host(install_fake, monkeypatch, tmp_path):
     """A private WORKBENCH_HOME on a fake 2-GPU host, here and in every supervisor."""
-    path = tmp_path / "host.json"
-    path.write_text(json.dumps(HOT_HOST))
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(FAKE_PKG), os.environ.get("PYTHONPATH", "")])
-    )
-    monkeypatch.setenv("WORKBENCH_FAKE_NVML", str(path))
-    monkeypatch.setenv("WORKBENCH_GPU_INTERVAL", "0.1")
+    fake_gpus_in_subprocesses(monkeypatch, tmp_path, HOT_HOST)
     monkeypatch.setenv("WORKBENCH_GPU_SLOW_INTERVAL", "0.3")
-    monkeypatch.setenv("WORKBENCH_GPU_RECORD_INTERVAL", "0.1")
     return install_fake(HOT_HOST, use_clock=False)
 
 

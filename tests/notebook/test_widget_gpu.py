@@ -6,8 +6,6 @@ the widget shows the latest sample of each of the job's GPUs from that file.
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import sys
 import time
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.fake_nvml import FakeNvml
-from tests.monitor.conftest import FAKE_PKG
+from tests.monitor.conftest import fake_gpus_in_subprocesses
 from workbench.api import Job
 from workbench.manager import JobManager
 from workbench.monitor import _nvml, job_metrics, sampler
@@ -37,14 +35,7 @@ HOST = {
 @pytest.fixture
 def gpu_host(manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The fake NVML here (at the monitor's seam) and in every supervisor (via PYTHONPATH)."""
-    path = tmp_path / "host.json"
-    path.write_text(json.dumps(HOST))
-    monkeypatch.setenv(
-        "PYTHONPATH", os.pathsep.join([str(FAKE_PKG), os.environ.get("PYTHONPATH", "")])
-    )
-    monkeypatch.setenv("WORKBENCH_FAKE_NVML", str(path))
-    monkeypatch.setenv("WORKBENCH_GPU_INTERVAL", "0.1")
-    monkeypatch.setenv("WORKBENCH_GPU_RECORD_INTERVAL", "0.1")
+    fake_gpus_in_subprocesses(monkeypatch, tmp_path, HOST)
     monkeypatch.setattr(_nvml, "pynvml", FakeNvml(HOST, clock=time.time))
     _nvml.reset()
     sampler.reset_host_sampler()
