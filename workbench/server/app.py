@@ -48,8 +48,8 @@ class WorkbenchApp(ExtensionApp):
     default_runtime = Unicode(
         "",
         config=True,
-        help="Runtime given to submitted specs that name none (e.g. 'process' or 'container'), "
-        "applied when the spec model has a `runtime` field. Empty: the backend decides.",
+        help="Runtime given to submitted specs that name none: 'process', 'container' or "
+        "'auto'. Empty: the spec's default ('auto': containers when an engine answers).",
     )
     catalog_file = Unicode(
         "",
