@@ -115,6 +115,11 @@ def test_submit_wait_list_get_logs_json(capsys, wb_home):
     assert out.splitlines() == ["rank 1 attempt 1 started", "rank 1 finished"]
     code, out, _ = cli(capsys, "logs", "ok", "-f", "-r", "0", "--tail", "1")
     assert out.splitlines() == ["rank 0 finished"]
+    code, out, _ = cli(capsys, "logs", "ok", "-r", "1", "-o", "json")
+    assert [json.loads(x) for x in out.splitlines()] == [
+        {"job": "ok", "rank": 1, "line": "rank 1 attempt 1 started"},
+        {"job": "ok", "rank": 1, "line": "rank 1 finished"},
+    ]
 
 
 def test_submit_from_file_with_flag_override(capsys, wb_home, tmp_path):

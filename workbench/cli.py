@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     lg.add_argument("-r", "--rank", type=int, default=0, help="which rank (default 0)")
     lg.add_argument("-t", "--tail", type=int, help="only the last N lines")
+    _output_flag(lg, choices=("text", "json"))  # json: one {"job","rank","line"} per line
 
     c = sub.add_parser("cancel", aliases=["stop"], help="cancel jobs (every process of them)")
     c.add_argument("names", nargs="+", metavar="name")
@@ -174,6 +175,8 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         return 0
     if verb == "logs":
         for line in m.logs(ns.name, rank=ns.rank, follow=ns.follow, tail=ns.tail):
+            if ns.fmt == "json":
+                line = json.dumps({"job": ns.name, "rank": ns.rank, "line": line})
             print(line, flush=ns.follow)
         return 0
     if verb in ("cancel", "stop"):
