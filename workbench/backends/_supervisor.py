@@ -43,6 +43,8 @@ from ._processes import (
     process_ctime,
 )
 
+_DONE = {JobStatus.SUCCEEDED: "every rank exited with code 0"}
+
 
 class Stop(Exception):
     """Raised inside the supervisor when a cancel arrives."""
@@ -150,7 +152,7 @@ class Supervisor:
             status=status,
             message=message,
             finished_at=time.time(),
-            event=JobEvent(time.time(), reason, message or status.value, level),
+            event=JobEvent(time.time(), reason, message or _DONE.get(status, status.value), level),
         )
 
     def place(self) -> None:
