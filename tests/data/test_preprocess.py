@@ -65,3 +65,21 @@ def test_default_local_cluster(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "2.txt").read_bytes() == b"X2" and "127.0.0.1" in (
         result.dashboard or ""
     )
+
+
+def test_the_same_shards_twice_write_both_outputs(tmp_path: Path) -> None:
+    """Dask returns a held result for a key it knows: runs must not share task keys."""
+    src = tmp_path / "raw"
+    src.mkdir()
+    for i in range(6):
+        (src / f"s{i}.txt").write_text(f"shard {i}\n")
+    with LocalCluster(n_workers=1, processes=True, threads_per_worker=2, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as cluster, Client(cluster) as client:  # fmt: skip
+        for out in ("first", "second"):
+            done = preprocess(upper_or_fail, inputs=str(src / "*.txt"), output=str(tmp_path / out),
+                              cluster=client, retries=0, progress=False)  # fmt: skip
+            assert not done.failed
+    for out in ("first", "second"):
+        assert sorted(p.read_text() for p in (tmp_path / out).iterdir()) == [
+            f"SHARD {i}\n" for i in range(6)
+        ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import posixpath
 import sys
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,13 +138,16 @@ def preprocess(
         if progress and result.dashboard:
             print(f"Dask dashboard: {result.dashboard}", file=sys.stderr)
         names, futures = [], []
+        # Keys unique to this call: Dask hands back a held result for a key it already
+        # knows, so a second call with the same shard names would silently write nothing.
+        run_id = uuid.uuid4().hex[:8]
         for i, p in enumerate(paths):
             name = posixpath.basename(p)
             out_name = posixpath.splitext(name)[0] + suffix if suffix else name
             names.append(name)
             futures.append(client.submit(
                 run_shard, fn, (in_proto, src.options, p), (out_proto, dst.options, f"{out_root}/{out_name}"),
-                key=f"preprocess-{i}-{name}", retries=retries, pure=False,
+                key=f"preprocess-{run_id}-{i}-{name}", retries=retries, pure=False,
             ))  # fmt: skip
         by_future = dict(zip(futures, names, strict=True))
         _wait(client, futures, progress)
