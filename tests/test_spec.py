@@ -115,6 +115,18 @@ def test_mount_forms():
         spec(data=["/x:../escape"]).validate()
 
 
+def test_command_string_is_split_like_a_shell():
+    assert spec(command="python train.py --name 'a b'").command == [
+        "python",
+        "train.py",
+        "--name",
+        "a b",
+    ]
+    with pytest.raises(SpecError, match="command: cannot split") as e:
+        spec(command="python -c 'print(1)")
+    assert e.value.field == "command"
+
+
 def test_unknown_field_and_missing_command():
     with pytest.raises(SpecError, match="wrokers: unknown field"):
         TrainSpec.from_dict({"command": ["x"], "wrokers": 2})

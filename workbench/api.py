@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,7 +130,7 @@ def submit(
             spec_from_file = TrainSpec.from_yaml(file)
             data = {k: v for k, v in spec_from_file.to_dict().items() if v not in (None, [], {})}
         if command is not None:
-            data["command"] = shlex.split(command) if isinstance(command, str) else list(command)
+            data["command"] = command if isinstance(command, str) else list(command)
         data.update(fields)
         spec = TrainSpec.from_dict(data)
     record = manager.submit(spec)

@@ -206,7 +206,14 @@ class TrainSpec:
         if isinstance(command, str):
             import shlex
 
-            command = shlex.split(command)
+            try:
+                command = shlex.split(command)
+            except ValueError as e:  # e.g. an unbalanced quote
+                raise SpecError(
+                    "command",
+                    f"cannot split {command!r}: {e}",
+                    "balance the quotes, or give a list",
+                ) from None
         values["command"] = command
         for key in ("data", "outputs"):
             if key in values:

@@ -88,6 +88,7 @@ async def test_bad_specs_are_400_with_the_field(jp_fetch):
         ({"command": ["no-such-program-xyz"]}, "command"),
         ({"command": ["python"], "image": "nope"}, "image"),
         ({"command": ["python"], "data": ["::"]}, "data"),
+        ({"command": "python -c 'unbalanced"}, "command"),  # once a 500, found by the fuzz
     ]
     for spec, field in cases:
         code, err = await error_of(
