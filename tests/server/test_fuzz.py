@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,10 @@ async def test_fuzz_finds_no_server_error(
     seen: collections.Counter[tuple[str, int]] = collections.Counter()
 
     @settings(
-        max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        max_examples=int(os.environ.get("WORKBENCH_FUZZ_EXAMPLES", "120")),
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
     )
     @given(case=schema.as_strategy())
     def fuzz(case: schemathesis.Case) -> None:
