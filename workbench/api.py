@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -151,13 +150,3 @@ def jobs(status: str | list[str] | None = None, manager: JobManager | None = Non
     manager = manager or default_manager()
     wanted = [status] if isinstance(status, str) else status
     return [Job(r.name, manager, r) for r in manager.list(status=wanted)]
-
-
-def wait_all(job_list: list[Job], timeout: float | None = None) -> list[JobRecord]:
-    """Wait for several jobs."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    out = []
-    for j in job_list:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        out.append(j.wait(timeout=left))
-    return out

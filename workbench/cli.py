@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import SpecError, WorkbenchError
-from .flags import add_spec_flags, spec_from_args
+from .flags import add_spec_flags, spec_from_args, split_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,9 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; WorkbenchErrors become one line on stderr, never a traceback."""
     args = list(sys.argv[1:] if argv is None else argv)
     command: list[str] = []
-    if args and args[0] == "submit" and "--" in args:
-        i = args.index("--")
-        args, command = args[:i], args[i + 1 :]
+    if args and args[0] == "submit":
+        args, command = split_command(args)
     parser = build_parser()
     ns = parser.parse_args(args)
     if ns.verb == "submit":

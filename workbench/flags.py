@@ -129,6 +129,14 @@ def parse_outputs(items: list[str] | None) -> list[str]:
     return out
 
 
+def split_command(args: list[str]) -> tuple[list[str], list[str]]:
+    """``[flags..., "--", program...]`` -> (flags, program); no ``--`` -> (args, [])."""
+    if "--" not in args:
+        return list(args), []
+    i = args.index("--")
+    return args[:i], args[i + 1 :]
+
+
 def normalise_command(command: list[str]) -> list[str]:
     """Drop a leading ``--``; a bare script gets its interpreter (``train.py`` -> python)."""
     if command and command[0] == "--":

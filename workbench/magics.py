@@ -19,7 +19,7 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 
 from .api import Job, default_manager
 from .errors import WorkbenchError
-from .flags import add_spec_flags, spec_from_args
+from .flags import add_spec_flags, spec_from_args, split_command
 from .spec import TrainSpec
 
 
@@ -72,10 +72,7 @@ def cell_script(body: str, home: str | Path) -> Path:
 def parse_train(line: str, cell: str | None, home: str | Path) -> tuple[TrainSpec, bool]:
     """``%gpu_train`` line (and cell) -> (spec, wait); bad input raises UsageError."""
     args = _split(line, "gpu_train")
-    command: list[str] = []
-    if "--" in args:  # same rule as the CLI: everything after -- is the program
-        i = args.index("--")
-        args, command = args[:i], args[i + 1 :]
+    args, command = split_command(args)  # the CLI's rule: everything after -- is the program
     ns = train_parser().parse_args(args)
     command = command or list(ns.command)
     if cell is not None:
