@@ -7,7 +7,7 @@ DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
 DEMO_NAME := demo-$(shell date +%s)
 
-.PHONY: setup demo test lint typecheck unit bench clean
+.PHONY: setup system-deps demo test lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,6 +17,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# podman, runc, debootstrap and chromium for the container and browser tests: installed
+# when missing (as root, with apt-get), or the exact command to run is printed.
+system-deps:
+	@bash .ci/system-deps
 
 demo: setup
 	@echo "== a 2-worker DDP training on the local backend (WORKBENCH_HOME=$(DEMO_HOME))"
@@ -34,10 +39,10 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup
+unit: setup system-deps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-test: lint typecheck unit
+test: system-deps lint typecheck unit
 
 bench: setup
 	$(BIN)/python bench/bench_launch.py

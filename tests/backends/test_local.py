@@ -197,7 +197,8 @@ def test_job_outlives_the_process_that_submitted_it(wb_home, tmp_path):
     got = subprocess.run(
         [*cli, "get", "detached", "-o", "json"], capture_output=True, text=True, timeout=60
     )
-    assert json.loads(got.stdout)["status"] in ("Pending", "Running")
+    # Usually still active here; on a loaded machine it may already have ended.
+    assert json.loads(got.stdout)["status"] in ("Pending", "Running", "Succeeded")
     deadline = time.time() + 60
     while time.time() < deadline:
         got = subprocess.run(

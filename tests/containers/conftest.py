@@ -27,7 +27,7 @@ def _require_podman() -> None:
     if shutil.which("podman") is None:
         pytest.fail(
             "podman is not installed, so the container runtime cannot be tested. Install it "
-            "with `apt-get install -y podman runc debootstrap` (.ci/run does this in CI).",
+            "with `apt-get install -y podman runc debootstrap` (`make test` does this as root).",
             pytrace=False,
         )
     probe = images.podman("info", "--format", "{{.Host.OCIRuntime.Name}}", check=False)
