@@ -176,9 +176,11 @@ def nice_ticks(lo: float, hi: float, count: int) -> list[float]:
 
 
 def _nice_step(raw: float) -> float:
+    """The 1, 2, 5 or 10 times a power of ten nearest ``raw`` (d3's thresholds)."""
     power = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5):
-        if raw <= m * power * (1 + 1e-9):
+    ratio = raw / power
+    for limit, m in ((math.sqrt(2), 1), (math.sqrt(10), 2), (math.sqrt(50), 5)):
+        if ratio < limit:
             return m * power
     return 10 * power
 
@@ -203,8 +205,9 @@ def _value_domain(lo: float, hi: float) -> tuple[float, float, list[float]]:
         pad = abs(lo) * 0.1 or 1.0
         lo, hi = lo - pad, hi + pad
     step = _nice_step((hi - lo) / Y_TICKS)
-    lo, hi = math.floor(lo / step + 1e-9) * step, math.ceil(hi / step - 1e-9) * step
-    return lo, hi, nice_ticks(lo, hi, Y_TICKS)
+    first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+    ticks = [round(k * step, 12) for k in range(first, last + 1)]  # a tick at each end
+    return ticks[0], ticks[-1], ticks
 
 
 def _panel(s: Series) -> str:
