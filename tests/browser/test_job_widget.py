@@ -191,3 +191,14 @@ def test_job_widget_in_jupyterlab(
     _check_log(done, "rank 0 done")
     _check_charts(done, TOTAL)
     _check_table(done, "Succeeded")
+
+
+def test_a_missing_browser_fails_saying_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import conftest
+
+    monkeypatch.setenv("WORKBENCH_CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(conftest.os, "access", lambda *_: False)
+    with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium"):
+        conftest.chromium_path()
+    with pytest.raises(pytest.fail.Exception, match="pip install playwright"):
+        conftest._require("playwright_missing_for_this_test", "pip install playwright")
