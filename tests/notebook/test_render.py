@@ -138,8 +138,8 @@ def test_nice_ticks_and_labels() -> None:
     assert nice_ticks(1, 40, 5) == [10, 20, 30, 40]
     assert nice_ticks(0.28, 1.74, 4) == [0.5, 1.0, 1.5]
     assert nice_ticks(3, 3, 5) == [3] and nice_ticks(1, math.inf, 5) == []
-    labels = [tick_label(v) for v in (0, 0.25, 1500, 15000, 2e6, 3e-5)]
-    assert labels == ["0", "0.25", "1500", "15k", "2M", "3e-05"]
+    labels = [tick_label(v) for v in (0, 0.25, 1500, 15000, 123456, 2e6, 3e-5)]
+    assert labels == ["0", "0.25", "1500", "15k", "123.5k", "2M", "3e-05"]
 
 
 def test_log_box_is_anchored_at_its_newest_line_and_escapes_output() -> None:

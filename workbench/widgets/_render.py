@@ -186,14 +186,14 @@ def _nice_step(raw: float) -> float:
 
 
 def tick_label(v: float) -> str:
-    """A short axis label: 0.25, 1.5k, 2M, 3e-05."""
+    """A short axis label: 0.25, 15k, 123.5k, 2M, 3e-05."""
     a = abs(v)
     if a == 0:
         return "0"
     if a >= 1e6:
-        return f"{v / 1e6:g}M"
+        return f"{v / 1e6:.4g}M"
     if a >= 1e4:
-        return f"{v / 1e3:g}k"
+        return f"{v / 1e3:.4g}k"  # at most six characters: fits the left margin
     if a < 1e-3:
         return f"{v:.0e}"
     return f"{v:.4g}"
