@@ -60,7 +60,7 @@ def test_widget_shows_the_jobs_gpu_samples(gpu_host: JobManager) -> None:
         figures = re.search(r"GPUs: (.*?)</div>", html)
         assert figures, html
         assert f"GPU {last['index']}: {last['utilization']:.0f}% util" in figures.group(1)
-        assert f"{last['temperature']:.0f}&deg;C" in figures.group(1)
+        assert f"{last['temperature']:.0f}°C" in figures.group(1)
     finally:
         job.cancel()
         wdg.close()

@@ -40,7 +40,10 @@ class JobWidget(w.VBox):
         self._thread: threading.Thread | None = None
 
         self.status = w.HTML()
-        self.progress = w.IntProgress(value=0, min=0, max=1, description="step", bar_style="info")
+        self.progress = w.IntProgress(
+            value=0, min=0, max=1, description="step", bar_style="info",
+            layout=w.Layout(width="100%", max_width="640px"),
+        )  # fmt: skip
         self.chart = w.HTML()
         self.rank_picker = w.Dropdown(description="log of", options=[("rank 0", 0)], value=0)
         self.cancel_button = w.Button(description="Cancel", button_style="danger", icon="stop")
@@ -98,8 +101,10 @@ class JobWidget(w.VBox):
                 self.rank_picker.options = options
             self.logs.value = log_html(self.feed.log, self.feed.rank)
             if record.status.terminal:
+                # Nothing left to cancel, and the header's badge says how it ended: a
+                # disabled button naming the status read as a (red) control.
                 self.cancel_button.disabled = True
-                self.cancel_button.description = record.status.value
+                self.cancel_button.layout.display = "none"
 
     def _loop(self) -> None:
         while not self._stop.is_set():
