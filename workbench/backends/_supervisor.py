@@ -10,13 +10,16 @@ retries, and records everything in the store. Cancel is SIGTERM to the superviso
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import selectors
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -26,7 +29,7 @@ from pathlib import Path
 import psutil
 
 from .. import contract
-from ..errors import MountError
+from ..errors import BackendError, MountError
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
@@ -39,11 +42,23 @@ from ._processes import (
     has_launcher,
     human_duration,
     kill_and_reap_descendants,
+    kill_job_processes,
     killpg,
+    mount_point,
     process_ctime,
+    space_left,
 )
 
 _DONE = {JobStatus.SUCCEEDED: "every rank exited with code 0"}
+# Space set aside in the job folder at start and given back on a full disk, so the
+# supervisor can still write the job's end to the store (SQLite needs room for its WAL).
+RESERVE_BYTES = 256 * 1024
+# Below this many free bytes a failure is put down to the full disk.
+LOW_SPACE_BYTES = 64 * 1024
+
+
+class DiskFull(Exception):
+    """The disk under the job folder (and the store) is full."""
 
 
 class Stop(Exception):
@@ -77,6 +92,7 @@ class Supervisor:
         self.runtime = row.get("runtime") or "process"  # "container": ranks run in containers
         self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
         self.cancelled = False
+        self._watchdog: threading.Timer | None = None
         self.workers: list[Worker] = []
         self.gpu_alloc: list[list[int]] = [[] for _ in range(self.spec.workers)]
         self.deadline: float | None = None
@@ -88,6 +104,16 @@ class Supervisor:
     # ---- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
         self.cancelled = True
+        if self._watchdog is None:
+            # Cancel returns at once, so nobody else escalates: if the main thread is held
+            # up (a slow staging call, a hung engine), kill the ranks after the grace anyway.
+            self._watchdog = threading.Timer(self.stop_grace + 5, self._force_stop)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+
+    def _force_stop(self) -> None:
+        """SIGKILL every rank process (by group and by the job's env marker), not us."""
+        kill_job_processes(str(self.files.dir), [w.pgid for w in list(self.workers) if w.pgid])
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT/SIGHUP mean cancel; the wakeup fd interrupts the wait at once."""
@@ -105,7 +131,75 @@ class Supervisor:
 
     # ---- the job ------------------------------------------------------------------------
     def run(self) -> None:
-        """Place, start, watch, retry, record."""
+        """Place, start, watch, retry, record; a full disk is recorded, never a silent death."""
+        reserve = self._reserve_space()
+        try:
+            self._run()
+        except Exception as e:
+            if not self._disk_full(e):
+                raise
+            self._record_disk_full(reserve)
+        finally:
+            with contextlib.suppress(OSError):
+                reserve.unlink()
+
+    def _reserve_space(self) -> Path:
+        path = self.files.dir / ".space-reserve"
+        with contextlib.suppress(OSError):  # best effort: a disk already full has none
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        return path
+
+    def _low_space(self) -> bool:
+        left = space_left(self.files.dir)
+        return left is not None and left < LOW_SPACE_BYTES
+
+    def _disk_full(self, e: BaseException) -> bool:
+        """True when ``e`` (or what caused it) says the disk is full, or a store/file error
+        happened while it is."""
+        seen: BaseException | None = e
+        for _ in range(10):
+            if seen is None:
+                break
+            if isinstance(seen, DiskFull):
+                return True
+            if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+                return True
+            if getattr(seen, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+                return True
+            seen = seen.__cause__ or seen.__context__
+        return isinstance(e, (OSError, sqlite3.Error, BackendError)) and self._low_space()
+
+    def _record_disk_full(self, reserve: Path) -> None:
+        """Stop every rank, give back the reserve, then record the end with the disk named."""
+        msg = f"no space left on {mount_point(self.files.dir)}"
+        with contextlib.suppress(Exception):  # it writes rank rows; the store may be full
+            self.stop_all("disk full")
+        kill_job_processes(str(self.files.dir), [])
+        kill_and_reap_descendants()
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+        if self.runtime == "container":
+            with contextlib.suppress(Exception):
+                _container.supervisor_cleanup(self)
+        with contextlib.suppress(Exception):
+            from ..monitor.recorder import stop_job_recorder
+
+            stop_job_recorder(self)
+        with contextlib.suppress(OSError):
+            print(f"[workbench] {msg}", flush=True)
+        self.store.finish_if_active(
+            self.name,
+            JobStatus.FAILED,
+            msg,
+            JobEvent(time.time(), "DiskFull", msg, "error"),
+            RankState.STOPPED,
+        )
+
+    def _run(self) -> None:
         me = psutil.Process()
         self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
         try:
@@ -129,8 +223,11 @@ class Supervisor:
             self.finish(JobStatus.FAILED, str(e), "MountFailed", "error")
             return
         except Exception as e:  # record, never leave a job 'Running' behind
+            if self._disk_full(e):
+                raise  # run() records it, after giving back the reserve
             self.stop_all("supervisor error")
-            traceback.print_exc()
+            with contextlib.suppress(OSError):
+                traceback.print_exc()
             self.finish(JobStatus.FAILED, f"supervisor error: {e}", "SupervisorError", "error")
             return
         status, message, reason = outcome
@@ -217,6 +314,8 @@ class Supervisor:
             failure = self.run_attempt()
             if failure is None:
                 return JobStatus.SUCCEEDED, "", "Succeeded"
+            if self._low_space():  # a rank that could not write its log; a retry cannot either
+                raise DiskFull(failure)
             if failure.startswith("timed out"):
                 return JobStatus.FAILED, failure, "DeadlineExceeded"
             if self.attempt > self.spec.max_retries:
