@@ -163,3 +163,35 @@ def test_same_name_race_loser_is_told_the_job_exists(manager, tmp_path):
     assert "remove that folder" not in str(info.value)
     assert manager.wait(first.name, timeout=60).status is JobStatus.SUCCEEDED
     assert (Path(first.job_dir) / "spec.yaml").exists()  # the winner's folder untouched
+
+
+@pytest.fixture
+def small_disk_home(wb_home):
+    """WORKBENCH_HOME on a real 4 MiB tmpfs, so a job can fill the disk under the store."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    wb_home.mkdir(parents=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(wb_home)], check=True
+    )
+    try:
+        yield wb_home
+    finally:
+        subprocess.run(["umount", "-l", str(wb_home)], check=False)
+
+
+def test_full_disk_is_named_in_status_events_and_submit_wait(small_disk_home):
+    filler = "line = 'x' * 65536\nwhile True:\n    print(line, flush=True)\n"
+    out = cli("submit", "--wait", "--name", "fill", "--", "python", "-c", filler)
+    expected = f"no space left on {small_disk_home}"
+    assert out.returncode == 1, out
+    assert "Traceback" not in out.stdout + out.stderr, out
+    assert out.stdout.strip().splitlines()[-1].strip() == expected, out.stdout
+    got = cli("get", "fill", "-o", "json")
+    import json
+
+    record = json.loads(got.stdout)
+    assert record["status"] == "Failed" and record["message"] == expected
+    assert ("DiskFull", expected) in [(e["reason"], e["message"]) for e in record["events"]]
+    assert all(r["state"] != "Running" and r["finished_at"] for r in record["ranks"])
+    assert job_processes("fill") == []
