@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -90,9 +89,7 @@ def test_rerun_keeps_running_after_the_original_is_deleted(manager, tmp_path):
     # The rerun runs its own copy, not a path inside the original's folder.
     orig_dir = manager.get("orig").job_dir
     assert not any(arg.startswith(orig_dir + os.sep) for arg in again.spec["command"])
-    wait_for(
-        lambda: "attempt 1" in " ".join(manager.logs("orig-r1")), what="rerun's first attempt"
-    )
+    wait_for(lambda: "attempt 1" in " ".join(manager.logs("orig-r1")), what="rerun's first attempt")
     manager.delete("orig")
     gate.touch()  # attempt 1 fails now; attempt 2 runs the command again
     done = manager.wait("orig-r1", timeout=60)

@@ -46,8 +46,12 @@ async def test_concurrent_deletes_of_stubborn_jobs_do_not_block_the_api(jp_fetch
     for name in names:
         await submit(jp_fetch, {"name": name, "command": STUBBORN})
     await until(
-        lambda: all(job_processes(n) for n in names)
-        and all("up" in (wb_home / "jobs" / n / "logs" / "rank-0.log").read_text() for n in names),
+        lambda: (
+            all(job_processes(n) for n in names)
+            and all(
+                "up" in (wb_home / "jobs" / n / "logs" / "rank-0.log").read_text() for n in names
+            )
+        ),
         timeout=120,
         what="every job up and ignoring SIGTERM",
     )
@@ -78,9 +82,7 @@ async def test_concurrent_deletes_of_stubborn_jobs_do_not_block_the_api(jp_fetch
         assert job_processes(name) == []
 
 
-async def test_server_fails_a_job_whose_supervisor_was_killed_without_any_reader(
-    jp_fetch, wb_home
-):
+async def test_server_fails_a_job_whose_supervisor_was_killed_without_any_reader(jp_fetch, wb_home):
     await submit(jp_fetch, {"name": "lost", "command": STUBBORN, "workers": 2})
     await until(lambda: len(job_processes("lost")) == 2, timeout=60, what="ranks up")
     store = JobStore(wb_home / "jobs.db")

@@ -148,24 +148,3 @@ def kill_job_processes(job_dir: str, pgids: list[int], timeout: float = 5.0) -> 
         psutil.wait_procs(procs, timeout=0.5)
         if time.time() > deadline:
             return killed
-
-
-def mount_point(path: str | Path) -> Path:
-    """The mount point of the filesystem holding ``path`` (what a full disk is named by)."""
-    p = Path(path).resolve()
-    try:
-        dev = p.stat().st_dev
-        while p.parent != p and p.parent.stat().st_dev == dev:
-            p = p.parent
-    except OSError:
-        pass
-    return p
-
-
-def space_left(path: str | Path) -> int | None:
-    """Bytes an unprivileged writer may still use on the filesystem of ``path``."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize

@@ -10,13 +10,11 @@ retries, and records everything in the store. Cancel is SIGTERM to the superviso
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import selectors
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -29,11 +27,12 @@ from pathlib import Path
 import psutil
 
 from .. import contract
-from ..errors import BackendError, MountError
+from ..errors import MountError
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
 from . import _placement
+from ._diskspace import DiskFull, is_disk_full, low_space, mount_point, reserve_space
 from ._jobfiles import JobFiles
 from ._processes import (
     become_subreaper,
@@ -44,21 +43,10 @@ from ._processes import (
     kill_and_reap_descendants,
     kill_job_processes,
     killpg,
-    mount_point,
     process_ctime,
-    space_left,
 )
 
 _DONE = {JobStatus.SUCCEEDED: "every rank exited with code 0"}
-# Space set aside in the job folder at start and given back on a full disk, so the
-# supervisor can still write the job's end to the store (SQLite needs room for its WAL).
-RESERVE_BYTES = 256 * 1024
-# Below this many free bytes a failure is put down to the full disk.
-LOW_SPACE_BYTES = 64 * 1024
-
-
-class DiskFull(Exception):
-    """The disk under the job folder (and the store) is full."""
 
 
 class Stop(Exception):
@@ -132,46 +120,16 @@ class Supervisor:
     # ---- the job ------------------------------------------------------------------------
     def run(self) -> None:
         """Place, start, watch, retry, record; a full disk is recorded, never a silent death."""
-        reserve = self._reserve_space()
+        reserve = reserve_space(self.files.dir)
         try:
             self._run()
         except Exception as e:
-            if not self._disk_full(e):
+            if not is_disk_full(e, self.files.dir):
                 raise
             self._record_disk_full(reserve)
         finally:
             with contextlib.suppress(OSError):
                 reserve.unlink()
-
-    def _reserve_space(self) -> Path:
-        path = self.files.dir / ".space-reserve"
-        with contextlib.suppress(OSError):  # best effort: a disk already full has none
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                os.posix_fallocate(fd, 0, RESERVE_BYTES)
-            finally:
-                os.close(fd)
-        return path
-
-    def _low_space(self) -> bool:
-        left = space_left(self.files.dir)
-        return left is not None and left < LOW_SPACE_BYTES
-
-    def _disk_full(self, e: BaseException) -> bool:
-        """True when ``e`` (or what caused it) says the disk is full, or a store/file error
-        happened while it is."""
-        seen: BaseException | None = e
-        for _ in range(10):
-            if seen is None:
-                break
-            if isinstance(seen, DiskFull):
-                return True
-            if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
-                return True
-            if getattr(seen, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-                return True
-            seen = seen.__cause__ or seen.__context__
-        return isinstance(e, (OSError, sqlite3.Error, BackendError)) and self._low_space()
 
     def _record_disk_full(self, reserve: Path) -> None:
         """Stop every rank, give back the reserve, then record the end with the disk named."""
@@ -223,7 +181,7 @@ class Supervisor:
             self.finish(JobStatus.FAILED, str(e), "MountFailed", "error")
             return
         except Exception as e:  # record, never leave a job 'Running' behind
-            if self._disk_full(e):
+            if is_disk_full(e, self.files.dir):
                 raise  # run() records it, after giving back the reserve
             self.stop_all("supervisor error")
             with contextlib.suppress(OSError):
@@ -314,7 +272,9 @@ class Supervisor:
             failure = self.run_attempt()
             if failure is None:
                 return JobStatus.SUCCEEDED, "", "Succeeded"
-            if self._low_space():  # a rank that could not write its log; a retry cannot either
+            if low_space(
+                self.files.dir
+            ):  # a rank that could not write its log; a retry cannot either
                 raise DiskFull(failure)
             if failure.startswith("timed out"):
                 return JobStatus.FAILED, failure, "DeadlineExceeded"

@@ -32,8 +32,9 @@ from ..settings import Settings
 from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
+from ._diskspace import mount_point
 from ._jobfiles import JobFiles
-from ._processes import kill_job_processes, mount_point, same_process
+from ._processes import kill_job_processes, same_process
 from .base import Backend
 
 ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
