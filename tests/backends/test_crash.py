@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -192,3 +193,23 @@ def test_full_disk_is_named_in_status_events_and_submit_wait(small_disk_home):
     assert ("DiskFull", expected) in [(e["reason"], e["message"]) for e in record["events"]]
     assert all(r["state"] != "Running" and r["finished_at"] for r in record["ranks"])
     assert job_processes("fill") == []
+
+
+def test_cli_cancel_no_wait_returns_at_once_and_the_supervisor_finishes(manager):
+    grace = {"WORKBENCH_STOP_GRACE": "10"}
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+        " print('up', flush=True); time.sleep(600)"
+    )
+    out = cli("submit", "--name", "stub", "--", "python", "-c", stubborn, env=grace)
+    assert out.returncode == 0, out.stderr
+    wait_for(lambda: list(manager.logs("stub")) == ["up"], what="SIGTERM ignored")
+    started = time.monotonic()
+    out = cli("cancel", "--no-wait", "stub", env=grace)
+    took = time.monotonic() - started
+    assert out.returncode == 0 and out.stdout.strip() == "job stub: stopping", out
+    assert took < 8, f"cancel --no-wait took {took:.1f} s (grace 10 s)"
+    done = manager.wait("stub", timeout=60)
+    assert done.status is JobStatus.CANCELLED
+    assert time.monotonic() - started >= 9  # the rank ignored SIGTERM: SIGKILL after the grace
+    assert job_processes("stub") == []
