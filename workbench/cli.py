@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("cancel", aliases=["stop"], help="cancel jobs (every process of them)")
     c.add_argument("names", nargs="+", metavar="name")
+    c.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="ask and return at once (every process still stops within the grace period)",
+    )
 
     d = sub.add_parser("delete", aliases=["rm"], help="forget finished jobs and their files")
     d.add_argument("names", nargs="+", metavar="name")
@@ -180,8 +186,9 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         return 0
     if verb in ("cancel", "stop"):
         for name in ns.names:
-            record = m.cancel(name)
-            print(f"job {name}: {record.status.value}")
+            record = m.cancel(name) if ns.wait else m.cancel(name, wait=0)
+            state = record.status.value if record.status.terminal else "stopping"
+            print(f"job {name}: {state}")
         return 0
     if verb in ("delete", "rm"):
         for name in ns.names:

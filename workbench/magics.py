@@ -147,12 +147,22 @@ class WorkbenchMagics(Magics):
         p = _MagicParser(prog="gpu_cancel", description="Cancel jobs.")
         p.add_argument("names", nargs="+", metavar="name")
         ns = p.parse_args(_split(line, "gpu_cancel"))
+        m = default_manager()
         for name in ns.names:
             try:
-                record = default_manager().cancel(name)
+                # Ask without blocking the kernel for a grace period; most jobs end at once.
+                record = m.cancel(name, wait=0)
+                if not record.status.terminal:
+                    record = m.wait(name, timeout=2.0)
             except WorkbenchError as e:
                 raise _user_error("gpu_cancel", e) from None
-            print(f"job {name}: {record.status.value}")
+            if record.status.terminal:
+                print(f"job {name}: {record.status.value}")
+            else:
+                print(
+                    f"job {name}: stopping (every process is killed within "
+                    f"{m.settings.stop_grace:g} s of the cancel)"
+                )
 
     @line_magic
     def gpu_top(self, line: str = "") -> None:

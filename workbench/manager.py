@@ -78,8 +78,12 @@ class JobManager:
         return records[offset:end], len(records)
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Stop the job and every process of it."""
+        """Stop the job and every process of it; ``wait=0`` asks and returns at once."""
         return self._find(name).cancel(name, wait=wait)
+
+    def reconcile(self) -> int:
+        """Let every backend in use settle jobs whose runner died (e.g. a killed supervisor)."""
+        return sum(b.reconcile() for b in self._known_backends())
 
     def delete(self, name: str) -> None:
         """Forget a finished job."""

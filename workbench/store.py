@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import json
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from .errors import BackendUnavailableError
 from .spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState
+
+# Seconds a writer waits for another process's lock before giving up (tests shorten it).
+TIMEOUT_ENV = "WORKBENCH_DB_TIMEOUT"
+ACTIVE = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
+F = TypeVar("F", bound=Callable[..., Any])
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -80,23 +87,71 @@ JOB_COLUMNS = (
 )
 
 
+def store_timeout() -> float:
+    """How long (seconds) to wait for a lock held by another process (WORKBENCH_DB_TIMEOUT)."""
+    try:
+        return max(0.0, float(os.environ.get(TIMEOUT_ENV, "") or 30.0))
+    except ValueError:
+        return 30.0
+
+
+def translate_error(path: Path, e: sqlite3.Error, timeout: float) -> BackendUnavailableError:
+    """One clear line for an SQLite failure (locked, disk full, I/O error), never a traceback."""
+    code = getattr(e, "sqlite_errorcode", None)
+    text = str(e)
+    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
+        return BackendUnavailableError(
+            "local",
+            f"the job store {path} is locked: another process held it for more than {timeout:g} s",
+            f"try again; {TIMEOUT_ENV} sets how long to wait",
+        )
+    if code == sqlite3.SQLITE_FULL or "disk is full" in text:
+        return BackendUnavailableError(
+            "local",
+            f"no space left on {path.parent} (the job store cannot grow)",
+            "free some space",
+        )
+    return BackendUnavailableError("local", f"the job store {path} failed: {text}")
+
+
+def _translated(method: F) -> F:
+    """SQLite errors leave the store as BackendUnavailableError (a taken name stays an
+    IntegrityError: the backend turns that into its own message)."""
+
+    @functools.wraps(method)
+    def wrapper(self: JobStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as e:
+            raise translate_error(self.path, e, self.timeout) from e
+
+    return wrapper  # type: ignore[return-value]
+
+
 class JobStore:
     """Jobs, ranks and events in one SQLite file; safe across threads and processes."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, timeout: float | None = None) -> None:
         self.path = Path(path)
+        self.timeout = store_timeout() if timeout is None else timeout
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
+        self._setup()
+
+    @_translated
+    def _setup(self) -> None:
         self._conn().executescript(SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             self._local.conn = conn
             self._local.pid = os.getpid()
         return conn
@@ -107,10 +162,10 @@ class JobStore:
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            _rollback(db)
             raise
-        db.execute("COMMIT")
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -120,34 +175,64 @@ class JobStore:
             self._local.conn = None
 
     # ---- jobs ---------------------------------------------------------------------------
+    @_translated
     def insert(self, record: JobRecord) -> None:
         """Add a new job; raises sqlite3.IntegrityError when the name is taken."""
         with self._tx() as db:
-            db.execute(
-                "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
-                " attempt, message, price_per_hour, job_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    record.name,
-                    record.backend,
-                    record.status.value,
-                    record.runtime,
-                    record.image,
-                    json.dumps(record.spec),
-                    record.created_at,
-                    record.attempt,
-                    record.message,
-                    record.price_per_hour,
-                    record.job_dir,
-                ),
-            )
-            for ev in record.events:
-                self._add_event(db, record.name, ev)
+            self._insert(db, record)
 
+    @contextlib.contextmanager
+    def adding(self, record: JobRecord) -> Iterator[None]:
+        """Insert ``record``, run the block (which makes the job's files), commit only if it
+        succeeds: a failure leaves no record. A taken name raises sqlite3.IntegrityError
+        before the block runs, so a same-name race's loser never touches the folder."""
+        try:
+            db = self._conn()
+            db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise translate_error(self.path, e, self.timeout) from e
+        try:
+            self._insert(db, record)
+            yield
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            _rollback(db)
+            raise
+        except sqlite3.Error as e:
+            _rollback(db)
+            raise translate_error(self.path, e, self.timeout) from e
+        except BaseException:
+            _rollback(db)
+            raise
+
+    def _insert(self, db: sqlite3.Connection, record: JobRecord) -> None:
+        db.execute(
+            "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
+            " attempt, message, price_per_hour, job_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                record.name,
+                record.backend,
+                record.status.value,
+                record.runtime,
+                record.image,
+                json.dumps(record.spec),
+                record.created_at,
+                record.attempt,
+                record.message,
+                record.price_per_hour,
+                record.job_dir,
+            ),
+        )
+        for ev in record.events:
+            self._add_event(db, record.name, ev)
+
+    @_translated
     def exists(self, name: str) -> bool:
         """True when a job called ``name`` is stored."""
         row = self._conn().execute("SELECT 1 FROM jobs WHERE name=?", (name,)).fetchone()
         return row is not None
 
+    @_translated
     def update(self, name: str, event: JobEvent | None = None, **columns: Any) -> None:
         """Set job columns (and add an event) in one transaction."""
         bad = set(columns) - set(JOB_COLUMNS)
@@ -161,28 +246,47 @@ class JobStore:
             if event is not None:
                 self._add_event(db, name, event)
 
+    @_translated
+    def finish_if_active(
+        self, name: str, status: JobStatus, message: str, event: JobEvent, rank_state: RankState
+    ) -> bool:
+        """End a job that is still Pending/Running, and every rank record it left unfinished
+        (so no duration keeps growing), in one transaction; False when it had already ended."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET status=?, message=?, finished_at=? WHERE name=? AND status IN (?,?)",
+                (status.value, message, now, name, *ACTIVE),
+            )
+            if cur.rowcount == 0:
+                return False
+            db.execute(
+                "UPDATE ranks SET state=?, finished_at=COALESCE(finished_at, ?)"
+                " WHERE job=? AND state IN (?,?)",
+                (rank_state.value, now, name, RankState.PENDING.value, RankState.RUNNING.value),
+            )
+            self._add_event(db, name, event)
+        return True
+
+    @_translated
     def row(self, name: str) -> dict[str, Any] | None:
         """The raw job row, bookkeeping columns included (for backends)."""
         r = self._conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
         return dict(r) if r else None
 
+    @_translated
     def active_rows(self) -> list[dict[str, Any]]:
         """Raw rows of jobs not yet finished."""
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT * FROM jobs WHERE status IN (?, ?)",
-                (JobStatus.PENDING.value, JobStatus.RUNNING.value),
-            )
-            .fetchall()
-        )
+        rows = self._conn().execute("SELECT * FROM jobs WHERE status IN (?, ?)", ACTIVE).fetchall()
         return [dict(r) for r in rows]
 
+    @_translated
     def get(self, name: str) -> JobRecord | None:
         """The job called ``name`` with its ranks and events, or None."""
         records = self._records("WHERE name=?", (name,))
         return records[0] if records else None
 
+    @_translated
     def list(
         self,
         status: list[str] | None = None,
@@ -207,6 +311,7 @@ class JobStore:
             args.extend([limit, offset])
         return self._records(clause, tuple(args), with_events=with_events)
 
+    @_translated
     def count(self, status: builtins.list[str] | None = None) -> int:
         """How many jobs (optionally in these states)."""
         if status:
@@ -214,6 +319,7 @@ class JobStore:
             return int(self._conn().execute(q, status).fetchone()[0])
         return int(self._conn().execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
 
+    @_translated
     def delete(self, name: str) -> None:
         """Forget a job entirely."""
         with self._tx() as db:
@@ -272,6 +378,7 @@ class JobStore:
         ]
 
     # ---- ranks and events ---------------------------------------------------------------
+    @_translated
     def set_rank(self, job: str, rank: int, **columns: Any) -> None:
         """Create or update one rank's row."""
         cols = {k: (v.value if isinstance(v, RankState) else v) for k, v in columns.items()}
@@ -294,16 +401,19 @@ class JobStore:
                     (job, rank, *cols.values()),
                 )
 
+    @_translated
     def rank_rows(self, job: str) -> builtins.list[dict[str, Any]]:
         """Raw rank rows (pid and create time included) for a job."""
         rows = self._conn().execute("SELECT * FROM ranks WHERE job=? ORDER BY rank", (job,))
         return [dict(r) for r in rows]
 
+    @_translated
     def add_event(self, job: str, event: JobEvent) -> None:
         """Record an event for ``job``."""
         with self._tx() as db:
             self._add_event(db, job, event)
 
+    @_translated
     def events_since(self, job: str, after_id: int = 0) -> builtins.list[tuple[int, JobEvent]]:
         """Events newer than ``after_id``, with their ids (for followers)."""
         rows = self._conn().execute(
@@ -317,6 +427,13 @@ class JobStore:
             "INSERT INTO events (job, time, reason, message, level) VALUES (?,?,?,?,?)",
             (job, event.time or time.time(), event.reason, event.message, event.level),
         )
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    """Undo an open transaction; a failed COMMIT (disk full) may have left one open."""
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

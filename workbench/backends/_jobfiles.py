@@ -67,19 +67,26 @@ class JobFiles:
         data: dict[str, str] = json.loads(path.read_text())
         return data
 
-    def take_snapshot(self, command: list[str], working_dir: str) -> dict[int, str]:
-        """Copy the script files the command names; returns {argv index: snapshot path}."""
-        manifest: dict[int, str] = {}
+    def plan_snapshot(
+        self, command: list[str], working_dir: str | None
+    ) -> dict[int, tuple[Path, Path]]:
+        """The script files the command names: {argv index: (source, copy in this job)}."""
+        plan: dict[int, tuple[Path, Path]] = {}
         for i, arg in enumerate(command[1:], start=1):
-            src = Path(arg) if Path(arg).is_absolute() else Path(working_dir) / arg
+            src = Path(arg) if Path(arg).is_absolute() else Path(working_dir or ".") / arg
             try:
                 ok = src.is_file() and src.suffix in SNAPSHOT_SUFFIXES
                 ok = ok and src.stat().st_size <= SNAPSHOT_MAX_BYTES
             except OSError:
                 ok = False
-            if not ok:
-                continue
-            dst = self.snapshot / f"{i}-{src.name}"
+            if ok:
+                plan[i] = (src, self.snapshot / f"{i}-{src.name}")
+        return plan
+
+    def take_snapshot(self, plan: dict[int, tuple[Path, Path]]) -> dict[int, str]:
+        """Copy the planned script files; returns {argv index: snapshot path}."""
+        manifest: dict[int, str] = {}
+        for i, (src, dst) in plan.items():
             shutil.copy2(src, dst)
             manifest[i] = str(dst)
         (self.snapshot / "manifest.json").write_text(json.dumps(manifest))

@@ -109,3 +109,42 @@ def same_process(pid: int, ctime: float | None) -> bool:
         return ctime is None or abs(p.create_time() - ctime) < 1.0
     except psutil.Error:
         return False
+
+
+def job_processes(job_dir: str) -> list[psutil.Process]:
+    """Every live process of the job whose folder is ``job_dir``: ranks carry
+    WORKBENCH_JOB_DIR in their environment, and so does whatever they start, even children
+    that left the rank's process group or session (setsid) or were reparented to init."""
+    me = os.getpid()
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid == me:
+            continue
+        try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if p.environ().get("WORKBENCH_JOB_DIR") == job_dir:
+                found.append(p)
+        except (psutil.Error, OSError):  # gone, or another user's: not ours to read
+            continue
+    return found
+
+
+def kill_job_processes(job_dir: str, pgids: list[int], timeout: float = 5.0) -> int:
+    """SIGKILL the given process groups and every process of the job (by its environment);
+    repeats until none is left, since a process may fork while we look. Returns how many."""
+    for g in pgids:
+        killpg(g, signal.SIGKILL)
+    killed = 0
+    deadline = time.time() + timeout
+    while True:
+        procs = job_processes(job_dir)
+        if not procs:
+            return killed
+        for p in procs:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+                killed += 1
+        psutil.wait_procs(procs, timeout=0.5)
+        if time.time() > deadline:
+            return killed

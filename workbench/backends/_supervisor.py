@@ -17,6 +17,7 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
 from . import _placement
+from ._diskspace import DiskFull, is_disk_full, low_space, mount_point, reserve_space
 from ._jobfiles import JobFiles
 from ._processes import (
     become_subreaper,
@@ -39,6 +41,7 @@ from ._processes import (
     has_launcher,
     human_duration,
     kill_and_reap_descendants,
+    kill_job_processes,
     killpg,
     process_ctime,
 )
@@ -77,6 +80,7 @@ class Supervisor:
         self.runtime = row.get("runtime") or "process"  # "container": ranks run in containers
         self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
         self.cancelled = False
+        self._watchdog: threading.Timer | None = None
         self.workers: list[Worker] = []
         self.gpu_alloc: list[list[int]] = [[] for _ in range(self.spec.workers)]
         self.deadline: float | None = None
@@ -88,6 +92,16 @@ class Supervisor:
     # ---- signals ------------------------------------------------------------------------
     def _on_signal(self, signum: int, frame: object) -> None:
         self.cancelled = True
+        if self._watchdog is None:
+            # Cancel returns at once, so nobody else escalates: if the main thread is held
+            # up (a slow staging call, a hung engine), kill the ranks after the grace anyway.
+            self._watchdog = threading.Timer(self.stop_grace + 5, self._force_stop)
+            self._watchdog.daemon = True
+            self._watchdog.start()
+
+    def _force_stop(self) -> None:
+        """SIGKILL every rank process (by group and by the job's env marker), not us."""
+        kill_job_processes(str(self.files.dir), [w.pgid for w in list(self.workers) if w.pgid])
 
     def install_signals(self) -> None:
         """SIGTERM/SIGINT/SIGHUP mean cancel; the wakeup fd interrupts the wait at once."""
@@ -105,7 +119,45 @@ class Supervisor:
 
     # ---- the job ------------------------------------------------------------------------
     def run(self) -> None:
-        """Place, start, watch, retry, record."""
+        """Place, start, watch, retry, record; a full disk is recorded, never a silent death."""
+        reserve = reserve_space(self.files.dir)
+        try:
+            self._run()
+        except Exception as e:
+            if not is_disk_full(e, self.files.dir):
+                raise
+            self._record_disk_full(reserve)
+        finally:
+            with contextlib.suppress(OSError):
+                reserve.unlink()
+
+    def _record_disk_full(self, reserve: Path) -> None:
+        """Stop every rank, give back the reserve, then record the end with the disk named."""
+        msg = f"no space left on {mount_point(self.files.dir)}"
+        with contextlib.suppress(Exception):  # it writes rank rows; the store may be full
+            self.stop_all("disk full")
+        kill_job_processes(str(self.files.dir), [])
+        kill_and_reap_descendants()
+        with contextlib.suppress(OSError):
+            reserve.unlink()
+        if self.runtime == "container":
+            with contextlib.suppress(Exception):
+                _container.supervisor_cleanup(self)
+        with contextlib.suppress(Exception):
+            from ..monitor.recorder import stop_job_recorder
+
+            stop_job_recorder(self)
+        with contextlib.suppress(OSError):
+            print(f"[workbench] {msg}", flush=True)
+        self.store.finish_if_active(
+            self.name,
+            JobStatus.FAILED,
+            msg,
+            JobEvent(time.time(), "DiskFull", msg, "error"),
+            RankState.STOPPED,
+        )
+
+    def _run(self) -> None:
         me = psutil.Process()
         self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
         try:
@@ -129,8 +181,11 @@ class Supervisor:
             self.finish(JobStatus.FAILED, str(e), "MountFailed", "error")
             return
         except Exception as e:  # record, never leave a job 'Running' behind
+            if is_disk_full(e, self.files.dir):
+                raise  # run() records it, after giving back the reserve
             self.stop_all("supervisor error")
-            traceback.print_exc()
+            with contextlib.suppress(OSError):
+                traceback.print_exc()
             self.finish(JobStatus.FAILED, f"supervisor error: {e}", "SupervisorError", "error")
             return
         status, message, reason = outcome
@@ -217,6 +272,10 @@ class Supervisor:
             failure = self.run_attempt()
             if failure is None:
                 return JobStatus.SUCCEEDED, "", "Succeeded"
+            if low_space(
+                self.files.dir
+            ):  # a rank that could not write its log; a retry cannot either
+                raise DiskFull(failure)
             if failure.startswith("timed out"):
                 return JobStatus.FAILED, failure, "DeadlineExceeded"
             if self.attempt > self.spec.max_retries:

@@ -35,7 +35,12 @@ class Backend(ABC):
 
     @abstractmethod
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Stop every process of the job; returns the record once it is terminal."""
+        """Stop every process of the job; ``wait <= 0`` returns at once after asking (the
+        backend finishes the stop on its own), else returns once the job is terminal."""
+
+    def reconcile(self) -> int:
+        """Bring records of jobs whose runner died up to date; how many changed (cheap)."""
+        return 0
 
     @abstractmethod
     def logs(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import json
 import os
 import secrets
@@ -31,8 +32,9 @@ from ..settings import Settings
 from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
+from ._diskspace import mount_point
 from ._jobfiles import JobFiles
-from ._processes import same_process
+from ._processes import kill_job_processes, same_process
 from .base import Backend
 
 ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
@@ -76,18 +78,14 @@ class LocalBackend(Backend):
         self._check_gpus(spec)
         self._check_mounts(spec)
         files = JobFiles(self.home / "jobs" / spec.name)
-        try:
-            files.create()
-        except FileExistsError:  # a stale folder without a record: keep it, never overwrite
-            raise SpecError(
-                "name", f"{files.dir} already exists", "pick another --name or remove that folder"
-            ) from None
-        if plan is not None:
-            plan.save(files.dir)
+        snapshot = files.plan_snapshot(spec.command, spec.working_dir)
+        # A rerun names another job's snapshot copies: run its own copies instead, so the
+        # rerun (and its retries) outlive a delete of the original job.
+        jobs_root = (self.home / "jobs").resolve()
+        for i, (src, dst) in snapshot.items():
+            if src.resolve().is_relative_to(jobs_root):
+                spec.command[i] = str(dst)
         safe = spec.redacted()
-        files.write_spec(safe)
-        files.write_secret_env(spec.secret_env())
-        files.take_snapshot(spec.command, spec.working_dir)
         offer = self.catalog.spec(spec.instance_spec or "")
         record = JobRecord(
             name=spec.name,
@@ -111,13 +109,43 @@ class LocalBackend(Backend):
                 )
             ],
         )
+        # The record and the folder come together or not at all: the insert claims the name
+        # first (a same-name race's loser stops there), the folder is made inside the
+        # transaction, and any failure rolls both back.
+        created = False
         try:
-            self.store.insert(record)
-        except sqlite3.IntegrityError:
-            shutil.rmtree(files.dir, ignore_errors=True)
-            raise SpecError(
-                "name", f"a job named {spec.name!r} already exists", "pick another --name"
-            ) from None
+            with self.store.adding(record):
+                try:
+                    files.create()
+                except FileExistsError:
+                    raise SpecError(
+                        "name",
+                        f"{files.dir} exists but no job is called {spec.name!r}",
+                        "pick another --name or remove that folder",
+                    ) from None
+                created = True
+                if plan is not None:
+                    plan.save(files.dir)
+                files.write_spec(safe)
+                files.write_secret_env(spec.secret_env())
+                files.take_snapshot(snapshot)
+        except BaseException as e:
+            if created:
+                shutil.rmtree(files.dir, ignore_errors=True)
+            if isinstance(e, sqlite3.IntegrityError):
+                raise SpecError(
+                    "name",
+                    f"a job named {spec.name!r} already exists",
+                    f"pick another --name, or `workbench delete {spec.name}` first",
+                ) from None
+            if isinstance(e, OSError):
+                why = (
+                    f"no space left on {mount_point(files.dir.parent)}"
+                    if e.errno == errno.ENOSPC
+                    else e.strerror or str(e)
+                )
+                raise SubmitError(self.name, f"could not write {files.dir}: {why}") from e
+            raise
         try:
             self._launch_supervisor(spec.name)
         except OSError as e:
@@ -225,16 +253,21 @@ class LocalBackend(Backend):
         self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
     ) -> list[JobRecord]:
         """Jobs, newest first; active ones are reconciled first."""
-        for row in self.store.active_rows():
-            self._supervisor_lost(row["name"], row)
+        self.reconcile()
         return self.store.list(status=status, backend=None, limit=limit, offset=offset)
 
     def count(self, status: builtins.list[str] | None = None) -> int:
         """How many jobs (optionally only in these states)."""
         return self.store.count(status)
 
+    def reconcile(self) -> int:
+        """Fail every active job whose supervisor is gone; how many. Cheap (the active rows
+        and a PID check each), so the server's watcher runs it every tick."""
+        return sum(self._supervisor_lost(row["name"], row) for row in self.store.active_rows())
+
     def _supervisor_lost(self, name: str, row: dict[str, Any] | None = None) -> bool:
-        """Fail an active job whose supervisor is gone; True when it did."""
+        """Fail an active job whose supervisor is gone, killing every process it left and
+        finishing every rank record; True when it did."""
         row = row or self.store.row(name)
         if row is None or row["status"] not in ACTIVE:
             return False
@@ -247,18 +280,19 @@ class LocalBackend(Backend):
         row = self.store.row(name)  # it may have finished while we looked
         if row is None or row["status"] not in ACTIVE:
             return False
-        self._kill_ranks(name)
+        self._kill_job(name, row)
         log = Path(row["job_dir"] or "") / "supervisor.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
-        msg = "the job's supervisor process ended unexpectedly" + (f": {tail[0]}" if tail else "")
-        self.store.update(
-            name,
-            status=JobStatus.FAILED,
-            message=msg,
-            finished_at=time.time(),
-            event=JobEvent(time.time(), "SupervisorLost", msg, "error"),
+        if row["cancel_requested"]:  # what the user asked for happened, if not by the book
+            status, reason, level = JobStatus.CANCELLED, "Cancelled", "warning"
+            msg = "cancelled by user (the supervisor ended before it recorded the end)"
+        else:
+            status, reason, level = JobStatus.FAILED, "SupervisorLost", "error"
+            msg = "the job's supervisor process ended unexpectedly"
+            msg += f": {tail[0]}" if tail else ""
+        return self.store.finish_if_active(
+            name, status, msg, JobEvent(time.time(), reason, msg, level), RankState.STOPPED
         )
-        return True
 
     def _rankssame_process(self, name: str) -> bool:
         return any(
@@ -268,22 +302,33 @@ class LocalBackend(Backend):
             for r in self.store.rank_rows(name)
         )
 
-    def _kill_ranks(self, name: str) -> None:
-        for r in self.store.rank_rows(name):
-            if (
-                r["pid"]
-                and r["state"] == RankState.RUNNING.value
-                and same_process(r["pid"], r["ctime"])
-            ):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(r["pid"], signal.SIGKILL)
-                self.store.set_rank(
-                    name, r["rank"], state=RankState.STOPPED, finished_at=time.time()
-                )
+    def _kill_job(self, name: str, row: dict[str, Any]) -> None:
+        """SIGKILL every process of the job: the rank leaders' groups, and whatever carries
+        the job's folder in its environment (children that called setsid or were orphaned).
+        A container job's containers are removed through the engine (its wrappers are killed
+        like any rank, which would leave the containers running)."""
+        pgids = [
+            r["pid"]
+            for r in self.store.rank_rows(name)
+            if r["pid"]
+            and r["state"] == RankState.RUNNING.value
+            and same_process(r["pid"], r["ctime"])
+        ]
+        job_dir = row.get("job_dir") or str(self.home / "jobs" / name)
+        kill_job_processes(job_dir, pgids)
+        if row.get("runtime") == "container":
+            from ._container_engine import remove_job_objects
+
+            # Best effort: an engine that is gone or an SDK that is missing leaves nothing
+            # we could remove, and must not keep the job from being recorded as ended.
+            with contextlib.suppress(Exception):
+                remove_job_objects(job_dir, name)
 
     # ---- cancel / delete ----------------------------------------------------------------
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Ask the supervisor to stop the gang; wait until every process is gone."""
+        """Ask the supervisor to stop the gang. ``wait <= 0`` returns at once with the
+        current record (the supervisor escalates to SIGKILL after stop_grace itself);
+        otherwise waits until every process is gone."""
         record = self.get(name)
         if record.status.terminal:
             return record
@@ -293,6 +338,9 @@ class LocalBackend(Backend):
         if pid and same_process(pid, ctime):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+        # A supervisor not started yet reads cancel_requested before it starts any rank.
+        if wait <= 0:
+            return self.get(name)
         deadline = time.time() + max(wait, self.settings.stop_grace + 5)
         while time.time() < deadline:
             record = self.get(name)
@@ -305,18 +353,17 @@ class LocalBackend(Backend):
         if pid and same_process(pid, ctime) and not self._rankssame_process(name):
             return self.get(name)
         # The supervisor did not answer: do its job.
-        self._kill_ranks(name)
         if pid and same_process(pid, ctime):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        if not self.get(name).status.terminal:
-            self.store.update(
-                name,
-                status=JobStatus.CANCELLED,
-                finished_at=time.time(),
-                message="cancelled by user (supervisor did not answer)",
-                event=JobEvent(time.time(), "Cancelled", "cancelled by user", "warning"),
-            )
+        self._kill_job(name, self.store.row(name) or row)
+        self.store.finish_if_active(
+            name,
+            JobStatus.CANCELLED,
+            "cancelled by user (supervisor did not answer)",
+            JobEvent(time.time(), "Cancelled", "cancelled by user", "warning"),
+            RankState.STOPPED,
+        )
         return self.get(name)
 
     def delete(self, name: str) -> None:

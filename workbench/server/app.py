@@ -201,6 +201,12 @@ class WorkbenchApp(ExtensionApp):
         ]
         self.handlers.extend(routes)
 
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        """Once the loop runs: settle jobs whose supervisor died, even before any request."""
+        context = getattr(self, "_context", None)
+        if context is not None:
+            context.hub.ensure_reconciling()
+
     async def stop_extension(self) -> None:
         """Stop the watcher, the sampler subscription and the thread pool."""
         context = getattr(self, "_context", None)

@@ -97,6 +97,7 @@ class EventHub:
         self._changes = _StoreChanges(manager)
         self._known: dict[str, str] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._reconciler: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.ticks = 0  # store looks so far (tests check that clients do not multiply them)
@@ -117,6 +118,7 @@ class EventHub:
                 self._known = None
                 self._publish(records)
                 self._task = loop.create_task(self._watch_jobs(token))
+                self.ensure_reconciling()
                 self._unsubscribe = await loop.run_in_executor(
                     self.executor, self.gpu.subscribe, self._on_gpu_sample
                 )
@@ -127,10 +129,15 @@ class EventHub:
         self.clients.discard(client)
 
     async def stop(self) -> None:
-        """Stop the watcher and the sampler subscription; close every client."""
+        """Stop the watcher, the reconciler and the sampler subscription; close every client."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
+        if self._reconciler is not None:
+            self._reconciler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconciler
+            self._reconciler = None
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -149,6 +156,25 @@ class EventHub:
                 client.write_message(text)
             except WebSocketClosedError:
                 self.clients.discard(client)
+
+    def ensure_reconciling(self) -> None:
+        """Start (once, on the running loop) the task that settles jobs whose runner died."""
+        if self._reconciler is None or self._reconciler.done():
+            self._reconciler = asyncio.get_running_loop().create_task(self._reconcile_jobs())
+
+    async def _reconcile_jobs(self) -> None:
+        # A supervisor that dies (SIGKILL, OOM killer) writes nothing: look at the active
+        # jobs' supervisors every tick, even with no client and no reader, so such a job
+        # turns Failed (and its processes die) within a tick; the watcher then reports it.
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self.executor, self.manager.reconcile)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # keep it alive; the next tick retries
+                log.exception("workbench: reconciling jobs failed")
+            await asyncio.sleep(self.poll_interval)
 
     async def _watch_jobs(self, last_token: int | None) -> None:
         loop = asyncio.get_running_loop()

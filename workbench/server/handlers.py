@@ -13,6 +13,7 @@ import functools
 import importlib
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,9 @@ from ._logstream import LineFeed, start_reader
 from ._prometheus import render_metrics
 
 AUTH_RESOURCE = "workbench"
+# Seconds a DELETE waits (on the event loop, no thread held) for a cancelled job to end
+# before it answers 202 with the record as it is.
+CANCEL_REPLY_WAIT = 2.0
 MAX_PAGE = 1000
 T = TypeVar("T")
 
@@ -115,6 +119,7 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call (store, files, processes) on the API thread pool."""
+        self.wb.hub.ensure_reconciling()  # a server in use settles crashed jobs by itself
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.wb.executor, functools.partial(fn, *args, **kwargs))
 
@@ -274,15 +279,28 @@ class JobHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
-        """Cancel the job (waiting until every process is gone); ?purge=true also deletes it."""
+        """Cancel the job without holding a pool thread while it stops: 200 with the record
+        when it ended within a moment, else 202 (the backend finishes the stop on its own);
+        ?purge=true also deletes it once it has ended (204)."""
         purge = self.bool_arg("purge")
-        record: JobRecord = await self.call(self.manager.cancel, name)
+        record: JobRecord = await self.call(self.manager.cancel, name, wait=0)
+        # Poll on the event loop, one short call at a time: a job that ignores SIGTERM
+        # keeps no thread busy for its grace period.
+        patience = CANCEL_REPLY_WAIT
         if purge:
-            await self.call(self.manager.delete, name)
+            patience = self.manager.settings.stop_grace + CANCEL_REPLY_WAIT + 10
+        deadline = time.monotonic() + patience
+        delay = 0.02
+        while not record.status.terminal and time.monotonic() < deadline:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+            record = await self.call(self.manager.get, name)
+        if purge:
+            await self.call(self.manager.delete, name)  # 400 when it still has not ended
             self.set_status(204)
             self.finish()
             return
-        self.reply(record.to_dict())
+        self.reply(record.to_dict(), 200 if record.status.terminal else 202)
 
 
 class JobLogsHandler(WorkbenchHandler):
