@@ -213,3 +213,23 @@ def test_cli_cancel_no_wait_returns_at_once_and_the_supervisor_finishes(manager)
     assert done.status is JobStatus.CANCELLED
     assert time.monotonic() - started >= 9  # the rank ignored SIGTERM: SIGKILL after the grace
     assert job_processes("stub") == []
+
+
+def test_a_job_submitted_from_inside_a_job_does_not_carry_the_outer_markers(
+    manager, monkeypatch, tmp_path
+):
+    # Cleanup of the outer job kills every process whose env names its folder; the inner
+    # job's supervisor must not be one of them.
+    outer = tmp_path / "outer-job"
+    monkeypatch.setenv("WORKBENCH_JOB_DIR", str(outer))
+    monkeypatch.setenv("WORKBENCH_JOB_NAME", "outer")
+    gate = tmp_path / "gate"
+    submit(manager, ["python", "escaper.py"], name="inner", env={"GATE": str(gate)})
+    store = manager.backend().store
+    wait_for(lambda: store.row("inner")["supervisor_pid"], what="supervisor started")
+    env = psutil.Process(store.row("inner")["supervisor_pid"]).environ()
+    assert "WORKBENCH_JOB_DIR" not in env and "WORKBENCH_JOB_NAME" not in env
+    # Its ranks get their own job's markers, not the outer ones.
+    wait_for(lambda: job_processes("inner"), what="inner ranks")
+    assert all(p.environ()["WORKBENCH_JOB_DIR"] != str(outer) for p in job_processes("inner"))
+    gate.touch()

@@ -161,7 +161,9 @@ class LocalBackend(Backend):
         return self.get(spec.name)
 
     def _launch_supervisor(self, name: str) -> None:
-        env = dict(os.environ)
+        # A job submitted from inside another job must not carry the outer job's markers:
+        # cleanup of the outer job finds its processes by WORKBENCH_JOB_DIR.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_JOB_")}
         env["WORKBENCH_STOP_GRACE"] = str(self.settings.stop_grace)
         # The launcher forks the real supervisor into its own session and exits at once,
         # so no zombie is left in a long-lived kernel or server.
