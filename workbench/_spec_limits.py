@@ -33,6 +33,7 @@ MAX_WORKERS = 1024
 MAX_PROCS = 1024  # processes per worker
 MAX_RETRIES = 1000
 MAX_CPU = 4096.0  # vCPUs per worker
+MAX_TIMEOUT = 10 * 366 * 24 * 3600.0  # seconds: ten years; a cluster's deadline is an int64
 
 # Control characters end a line early or truncate a string at a C boundary (argv, env,
 # paths); tab is the one a value may sensibly hold.
@@ -155,6 +156,9 @@ def as_float(value: Any, field: str, fix: str) -> float:
     return number
 
 
+_TOO_LARGE = f"is too large: a spec may hold at most {MAX_SPEC} characters as JSON"
+
+
 def check_size(data: dict[Any, Any]) -> None:
     """Refuse a raw spec mapping that is too big or too deep, before anything else reads it.
 
@@ -167,9 +171,7 @@ def check_size(data: dict[Any, Any]) -> None:
         size = _size(value, MAX_SPEC - total, name, 1)
         total += size + 8
         if total > MAX_SPEC:
-            raise SpecError(
-                "spec", f"is larger than {MAX_SPEC} characters as JSON", "make it smaller"
-            )
+            raise SpecError("spec", _TOO_LARGE, "make it smaller")
 
 
 def _size(value: Any, budget: int, field: str, depth: int) -> int:
@@ -196,9 +198,7 @@ def _size(value: Any, budget: int, field: str, depth: int) -> int:
     else:
         size = 8
     if size > budget:
-        raise SpecError(
-            field, f"is larger than {MAX_SPEC} characters as JSON, the most a spec may hold"
-        )
+        raise SpecError(field, _TOO_LARGE, "make it smaller")
     return size
 
 

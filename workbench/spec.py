@@ -26,6 +26,7 @@ from ._spec_limits import (
     MAX_PROCS,
     MAX_RETRIES,
     MAX_STRING,
+    MAX_TIMEOUT,
     MAX_WORKERS,
     as_float,
     as_int,
@@ -120,7 +121,7 @@ class Mount:
         if not sep or not src or not dst or src.endswith(":/") or dst.startswith("//"):
             raise SpecError(
                 field_name,
-                f"malformed mount {text!r}",
+                f"malformed mount {show(text)}",
                 "write SRC:DST[:ro|rw], e.g. oss://bucket/imagenet:/data or ./data:/data:rw",
             )
         return cls(src=src, dst=dst, mode=mode)
@@ -158,6 +159,8 @@ def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
             seconds = h * 3600 + mi * 60 + s
     if not seconds > 0 or not math.isfinite(seconds):
         raise SpecError(field_name, f"must be positive, got {show(value)}", "e.g. 30m")
+    if seconds > MAX_TIMEOUT:
+        raise SpecError(field_name, f"must be at most {MAX_TIMEOUT:.0f} seconds", "e.g. 30m")
     return seconds
 
 
@@ -234,6 +237,12 @@ class TrainSpec:
                     f"cannot split {show(command)}: {e}",
                     "balance the quotes, or give a list",
                 ) from None
+        # The containers' shapes are checked here, not only in validate: to_dict (used to
+        # merge CLI flags over a -f file) copies them before validate runs.
+        if not isinstance(command, list):
+            raise SpecError(
+                "command", f"must be a list of strings, got {kind(command)}", "e.g. [python, t.py]"
+            )
         values["command"] = command
         for key in ("data", "outputs"):
             if key in values:
@@ -245,6 +254,12 @@ class TrainSpec:
                 values[key] = [m if isinstance(m, Mount) else _mount_from(m, key) for m in items]
         if values.get("env") is None:
             values.pop("env", None)
+        elif not isinstance(values["env"], dict):
+            raise SpecError(
+                "env",
+                f"must be a mapping of NAME to value, got {kind(values['env'])}",
+                "e.g. LR=0.1",
+            )
         if "timeout" in values:
             values["timeout"] = parse_duration(values["timeout"])
         spec = cls(**values)
@@ -318,6 +333,12 @@ class TrainSpec:
         )
         self.gpus = self._check_gpus(self.gpus)
         check_text(self.image, "image", MAX_STRING, "e.g. pytorch or pytorch:2.13")
+        if "/" not in self.image and len(self.image) > MAX_LABEL:  # a catalogue name[:tag]
+            raise SpecError(
+                "image",
+                f"is {len(self.image)} characters long, at most {MAX_LABEL}",
+                "e.g. pytorch",
+            )
         if not self.image or any(c.isspace() for c in self.image):
             raise SpecError(
                 "image", f"{show(self.image)} is not an image", "e.g. pytorch or pytorch:2.13"
