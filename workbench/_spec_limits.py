@@ -8,6 +8,7 @@ Standard library and yaml only.
 from __future__ import annotations
 
 import math
+import re
 import reprlib
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ MAX_ENV_NAME = 256
 MAX_ENV_VALUE = 32 * 1024
 MAX_MOUNTS = 64  # data and outputs, each
 MAX_SPEC = 1024 * 1024  # the whole spec as JSON, in characters
+DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?\Z")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z, unlike $, refuses a trailing "\n"
 MAX_DEPTH = 16  # nesting of lists/mappings anywhere in a spec
 MAX_SPEC_FILE = 1024 * 1024  # a YAML spec file, in bytes
 MAX_WORKERS = 1024
@@ -156,7 +159,82 @@ def as_float(value: Any, field: str, fix: str) -> float:
     return number
 
 
+def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
+    """Seconds from 90, "90", "30m", "2h" or "1h30m"; None stays None."""
+    if value is None or value == "":
+        return None
+    fix = "write seconds or e.g. 30m, 2h, 1h30m"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(field_name, f"must be a duration, got {kind(value)}", fix)
+    if isinstance(value, (int, float)):
+        seconds = as_float(value, field_name, fix)
+    else:
+        text = value.strip()
+        if len(text) > 64:
+            raise SpecError(field_name, f"{show(value)} is not a duration", fix)
+        try:
+            seconds = float(text)
+        except ValueError:
+            m = DURATION.match(text)
+            if not m or not any(m.groups()):
+                raise SpecError(field_name, f"{show(value)} is not a duration", fix) from None
+            h, mi, s = (float(g or 0) for g in m.groups())
+            seconds = h * 3600 + mi * 60 + s
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise SpecError(field_name, f"must be positive, got {show(value)}", "e.g. 30m")
+    if seconds > MAX_TIMEOUT:
+        raise SpecError(field_name, f"must be at most {MAX_TIMEOUT:.0f} seconds", "e.g. 30m")
+    return seconds
+
+
 _TOO_LARGE = f"is too large: a spec may hold at most {MAX_SPEC} characters as JSON"
+
+
+def check_command(command: Any) -> None:
+    """A non-empty list of non-empty strings, bounded in count and size, without NUL."""
+    fix = "e.g. python train.py --epochs 3"
+    if not isinstance(command, list) or not command:
+        raise SpecError("command", "must be a non-empty list of strings", fix)
+    if len(command) > MAX_ARGS:
+        raise SpecError("command", f"has {len(command)} arguments, at most {MAX_ARGS}")
+    check_path(command[0], "command", fix)  # the program: looked up as a file
+    total = 0
+    for arg in command:
+        check_text(arg, "command", MAX_ARG, fix, only_nul=True)
+        if not arg:
+            raise SpecError("command", "must be a non-empty list of strings", fix)
+        total += len(arg) + 1
+    if total > MAX_COMMAND:
+        raise SpecError("command", f"is {total} characters long, at most {MAX_COMMAND}")
+
+
+def checked_env(env: Any, reserved: frozenset[str]) -> dict[str, str]:
+    """``env`` as NAME -> text, bounded; scalars become their text; ``reserved`` names refused."""
+    if not isinstance(env, dict):
+        raise SpecError(
+            "env", f"must be a mapping of NAME to value, got {kind(env)}", "e.g. LR=0.1"
+        )
+    if len(env) > MAX_ENV:
+        raise SpecError("env", f"has {len(env)} entries, at most {MAX_ENV}")
+    out: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or len(key) > MAX_ENV_NAME or not ENV_NAME.match(key):
+            sane = isinstance(key, str) and len(key) <= 64 and key.isprintable()
+            raise SpecError(
+                f"env.{key}" if sane else "env",
+                "is not a valid variable name" if sane else f"{show(key)} is not a valid name",
+                "use letters, digits and _, not starting with a digit"
+                + (f", at most {MAX_ENV_NAME} characters" if isinstance(key, str) else ""),
+            )
+        if key in reserved:
+            raise SpecError(f"env.{key}", "is set by workbench for every rank", "remove it")
+        # YAML reads `LR: 0.1` and `DEBUG: true` as scalars: those become their text
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            as_float(value, f"env.{key}", "quote the value")  # no nan, inf or 10**400
+        elif not isinstance(value, (str, bool)):
+            raise SpecError(f"env.{key}", f"must be a string, got {kind(value)}", "quote the value")
+        out[key] = check_text(str(value), f"env.{key}", MAX_ENV_VALUE, only_nul=True)
+    return out
 
 
 def check_size(data: dict[Any, Any]) -> None:

@@ -6,7 +6,6 @@ Standard library and yaml only. Validation raises SpecError naming the field and
 from __future__ import annotations
 
 import enum
-import math
 import re
 import time
 from dataclasses import dataclass, field, fields
@@ -14,26 +13,23 @@ from pathlib import Path
 from typing import Any
 
 from ._spec_limits import (
-    MAX_ARG,
-    MAX_ARGS,
     MAX_COMMAND,
     MAX_CPU,
-    MAX_ENV,
-    MAX_ENV_NAME,
-    MAX_ENV_VALUE,
     MAX_LABEL,
     MAX_MOUNTS,
     MAX_PROCS,
     MAX_RETRIES,
     MAX_STRING,
-    MAX_TIMEOUT,
     MAX_WORKERS,
     as_float,
     as_int,
+    check_command,
     check_path,
     check_size,
     check_text,
+    checked_env,
     kind,
+    parse_duration,
     read_spec_file,
     show,
 )
@@ -43,9 +39,7 @@ from .errors import SpecError
 # Used with .match (anchored at the start); \Z, unlike $, refuses a trailing newline.
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 MAX_NAME = 50  # room for "-worker-NN" and a pod's random suffix within 63
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MEMORY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?\Z")
-DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?\Z")
 # Set by workbench for every rank (contract.py); a user value would break the world.
 RESERVED_ENV = frozenset(
     {
@@ -134,34 +128,6 @@ class Mount:
 
     def __str__(self) -> str:
         return f"{self.src}:{self.dst}:{self.mode}"
-
-
-def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
-    """Seconds from 90, "90", "30m", "2h" or "1h30m"; None stays None."""
-    if value is None or value == "":
-        return None
-    fix = "write seconds or e.g. 30m, 2h, 1h30m"
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecError(field_name, f"must be a duration, got {kind(value)}", fix)
-    if isinstance(value, (int, float)):
-        seconds = as_float(value, field_name, fix)
-    else:
-        text = value.strip()
-        if len(text) > 64:
-            raise SpecError(field_name, f"{show(value)} is not a duration", fix)
-        try:
-            seconds = float(text)
-        except ValueError:
-            m = DURATION.match(text)
-            if not m or not any(m.groups()):
-                raise SpecError(field_name, f"{show(value)} is not a duration", fix) from None
-            h, mi, s = (float(g or 0) for g in m.groups())
-            seconds = h * 3600 + mi * 60 + s
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise SpecError(field_name, f"must be positive, got {show(value)}", "e.g. 30m")
-    if seconds > MAX_TIMEOUT:
-        raise SpecError(field_name, f"must be at most {MAX_TIMEOUT:.0f} seconds", "e.g. 30m")
-    return seconds
 
 
 @dataclass
@@ -319,7 +285,7 @@ class TrainSpec:
         API share every rule. Raises SpecError naming the field.
         """
         catalog = catalog or load_catalog()
-        self._check_command()
+        check_command(self.command)
         if self.name is not None:
             check_text(self.name, "name", MAX_LABEL, _NAME_FIX)
             if not DNS1123.match(self.name):
@@ -385,7 +351,7 @@ class TrainSpec:
                 raise SpecError(
                     "memory", f"{show(self.memory)} is not a quantity", "e.g. 16Gi or 512Mi"
                 )
-        self.env = self._checked_env()
+        self.env = checked_env(self.env, RESERVED_ENV)
         for key in ("data", "outputs"):
             self._check_mounts(key)
         self.max_retries = as_int(
@@ -411,51 +377,6 @@ class TrainSpec:
             )
         check_size(self.to_dict())  # each field is bounded; together they are too
         return self
-
-    def _check_command(self) -> None:
-        fix = "e.g. python train.py --epochs 3"
-        if not isinstance(self.command, list) or not self.command:
-            raise SpecError("command", "must be a non-empty list of strings", fix)
-        if len(self.command) > MAX_ARGS:
-            raise SpecError("command", f"has {len(self.command)} arguments, at most {MAX_ARGS}")
-        check_path(self.command[0], "command", fix)  # the program: looked up as a file
-        total = 0
-        for arg in self.command:
-            check_text(arg, "command", MAX_ARG, fix, only_nul=True)
-            if not arg:
-                raise SpecError("command", "must be a non-empty list of strings", fix)
-            total += len(arg) + 1
-        if total > MAX_COMMAND:
-            raise SpecError("command", f"is {total} characters long, at most {MAX_COMMAND}")
-
-    def _checked_env(self) -> dict[str, str]:
-        if not isinstance(self.env, dict):
-            raise SpecError(
-                "env", f"must be a mapping of NAME to value, got {kind(self.env)}", "e.g. LR=0.1"
-            )
-        if len(self.env) > MAX_ENV:
-            raise SpecError("env", f"has {len(self.env)} entries, at most {MAX_ENV}")
-        out: dict[str, str] = {}
-        for key, value in self.env.items():
-            if not isinstance(key, str) or len(key) > MAX_ENV_NAME or not ENV_NAME.match(key):
-                sane = isinstance(key, str) and len(key) <= 64 and key.isprintable()
-                raise SpecError(
-                    f"env.{key}" if sane else "env",
-                    "is not a valid variable name" if sane else f"{show(key)} is not a valid name",
-                    "use letters, digits and _, not starting with a digit"
-                    + (f", at most {MAX_ENV_NAME} characters" if isinstance(key, str) else ""),
-                )
-            if key in RESERVED_ENV:
-                raise SpecError(f"env.{key}", "is set by workbench for every rank", "remove it")
-            # YAML reads `LR: 0.1` and `DEBUG: true` as scalars: those become their text
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                as_float(value, f"env.{key}", "quote the value")  # no nan, inf or 10**400
-            elif not isinstance(value, (str, bool)):
-                raise SpecError(
-                    f"env.{key}", f"must be a string, got {kind(value)}", "quote the value"
-                )
-            out[key] = check_text(str(value), f"env.{key}", MAX_ENV_VALUE, only_nul=True)
-        return out
 
     def _check_mounts(self, key: str) -> None:
         mounts = getattr(self, key)
