@@ -123,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(run(ns, command) or 0)
     except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).splitlines())}", file=sys.stderr)  # always one line
         return 2
     except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).splitlines())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

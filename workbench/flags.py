@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from ._spec_limits import show
 from .errors import SpecError
 from .spec import TrainSpec
 
@@ -111,7 +112,7 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SpecError("env", f"{item!r} is not K=V", "write --env NAME=value")
+            raise SpecError("env", f"{show(item)} is not K=V", "write --env NAME=value")
         out[key] = value
     return out
 
@@ -123,7 +124,7 @@ def parse_outputs(items: list[str] | None) -> list[str]:
         dst, sep, url = item.partition(":")
         if not sep or not dst or not url:
             raise SpecError(
-                "output", f"{item!r} is not DST:URL", "e.g. --output ./ckpt:oss://bucket/run1"
+                "output", f"{show(item)} is not DST:URL", "e.g. --output ./ckpt:oss://bucket/run1"
             )
         out.append(f"{url}:{dst}:rw")
     return out

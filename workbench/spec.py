@@ -6,21 +6,40 @@ Standard library and yaml only. Validation raises SpecError naming the field and
 from __future__ import annotations
 
 import enum
-import math
 import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ._spec_limits import (
+    MAX_COMMAND,
+    MAX_CPU,
+    MAX_LABEL,
+    MAX_MOUNTS,
+    MAX_PROCS,
+    MAX_RETRIES,
+    MAX_STRING,
+    MAX_WORKERS,
+    as_float,
+    as_int,
+    check_command,
+    check_path,
+    check_size,
+    check_text,
+    checked_env,
+    kind,
+    parse_duration,
+    read_spec_file,
+    show,
+)
 from .catalog import FRAMEWORKS, Catalog, load_catalog
 from .errors import SpecError
 
-DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Used with .match (anchored at the start); \Z, unlike $, refuses a trailing newline.
+DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 MAX_NAME = 50  # room for "-worker-NN" and a pod's random suffix within 63
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MEMORY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+MEMORY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|K|M|G|T)?\Z")
 # Set by workbench for every rank (contract.py); a user value would break the world.
 RESERVED_ENV = frozenset(
     {
@@ -45,6 +64,10 @@ SECRET_ENV = re.compile(
 REDACTED = "***"
 MOUNT_MODES = ("ro", "rw")
 RUNTIMES = ("auto", "process", "container")  # the local backend's ways to run workers
+_NAME_FIX = (
+    "use lowercase letters, digits and '-', starting and ending with a letter "
+    "or digit (DNS-1123), e.g. mnist-1"
+)
 
 
 class JobStatus(str, enum.Enum):
@@ -92,7 +115,7 @@ class Mount:
         if not sep or not src or not dst or src.endswith(":/") or dst.startswith("//"):
             raise SpecError(
                 field_name,
-                f"malformed mount {text!r}",
+                f"malformed mount {show(text)}",
                 "write SRC:DST[:ro|rw], e.g. oss://bucket/imagenet:/data or ./data:/data:rw",
             )
         return cls(src=src, dst=dst, mode=mode)
@@ -105,45 +128,6 @@ class Mount:
 
     def __str__(self) -> str:
         return f"{self.src}:{self.dst}:{self.mode}"
-
-
-def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
-    """Seconds from 90, "90", "30m", "2h" or "1h30m"; None stays None."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        text = str(value).strip()
-        try:
-            seconds = float(text)
-        except ValueError:
-            m = DURATION.match(text)
-            if not m or not any(m.groups()):
-                raise SpecError(
-                    field_name,
-                    f"{value!r} is not a duration",
-                    "write seconds or e.g. 30m, 2h, 1h30m",
-                ) from None
-            h, mi, s = (float(g or 0) for g in m.groups())
-            seconds = h * 3600 + mi * 60 + s
-    if seconds <= 0 or math.isinf(seconds) or math.isnan(seconds):
-        raise SpecError(field_name, f"must be positive, got {value!r}", "e.g. 30m")
-    return seconds
-
-
-def _as_int(value: Any, field_name: str, minimum: int, fix: str) -> int:
-    if isinstance(value, bool):
-        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix)
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix) from None
-    if number != int(number):
-        raise SpecError(field_name, f"must be a whole number, got {value!r}", fix)
-    if number < minimum:
-        raise SpecError(field_name, f"must be at least {minimum}, got {int(number)}", fix)
-    return int(number)
 
 
 @dataclass
@@ -188,14 +172,18 @@ class TrainSpec:
     def from_dict(cls, data: dict[str, Any], base_dir: Path | None = None) -> TrainSpec:
         """Build a spec from a mapping (YAML file, JSON body); unknown keys are errors."""
         if not isinstance(data, dict):
-            raise SpecError("spec", "must be a mapping of field names to values")
+            raise SpecError("spec", f"must be a mapping of field names to values, got {kind(data)}")
+        check_size(data)  # first: everything below may walk or copy the values
         known = {f.name for f in fields(cls)}
         values: dict[str, Any] = {}
         for key, value in data.items():
-            name = cls.ALIASES.get(key, key)
+            name = cls.ALIASES.get(key, key) if isinstance(key, str) else key
             if name not in known:
+                sane = isinstance(key, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", key)
                 raise SpecError(
-                    str(key), "unknown field", f"known fields: {', '.join(sorted(known))}"
+                    key if sane else "spec",
+                    "unknown field" if sane else f"unknown field {show(key)}",
+                    f"known fields: {', '.join(sorted(known))}",
                 )
             values[name] = value
         if "command" not in values:
@@ -206,43 +194,57 @@ class TrainSpec:
         if isinstance(command, str):
             import shlex
 
+            check_text(command, "command", MAX_COMMAND, only_nul=True)
             try:
                 command = shlex.split(command)
             except ValueError as e:  # e.g. an unbalanced quote
                 raise SpecError(
                     "command",
-                    f"cannot split {command!r}: {e}",
+                    f"cannot split {show(command)}: {e}",
                     "balance the quotes, or give a list",
                 ) from None
+        # The containers' shapes are checked here, not only in validate: to_dict (used to
+        # merge CLI flags over a -f file) copies them before validate runs.
+        if not isinstance(command, list):
+            raise SpecError(
+                "command", f"must be a list of strings, got {kind(command)}", "e.g. [python, t.py]"
+            )
         values["command"] = command
         for key in ("data", "outputs"):
             if key in values:
                 items = values[key] or []
                 if not isinstance(items, list):
-                    raise SpecError(key, "must be a list of SRC:DST strings")
+                    raise SpecError(key, f"must be a list of SRC:DST strings, got {kind(items)}")
+                if len(items) > MAX_MOUNTS:
+                    raise SpecError(key, f"has {len(items)} mounts, at most {MAX_MOUNTS}")
                 values[key] = [m if isinstance(m, Mount) else _mount_from(m, key) for m in items]
         if values.get("env") is None:
             values.pop("env", None)
+        elif not isinstance(values["env"], dict):
+            raise SpecError(
+                "env",
+                f"must be a mapping of NAME to value, got {kind(values['env'])}",
+                "e.g. LR=0.1",
+            )
         if "timeout" in values:
             values["timeout"] = parse_duration(values["timeout"])
         spec = cls(**values)
+        if spec.working_dir is not None:
+            # checked here, not only in validate: it is a path this method resolves
+            check_path(spec.working_dir, "working_dir", "give a directory path")
         if spec.working_dir and base_dir and not Path(spec.working_dir).is_absolute():
             spec.working_dir = str((base_dir / spec.working_dir).resolve())
         return spec
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> TrainSpec:
-        """Read a spec from a YAML file; relative working_dir resolves against the file."""
-        import yaml
+        """Read a spec from a YAML file; relative working_dir resolves against the file.
 
+        The file is bounded (MAX_SPEC_FILE bytes) and may not use anchors or aliases, whose
+        expansion turns a few hundred bytes into gigabytes.
+        """
         p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text())
-        except OSError as e:
-            raise SpecError("file", f"cannot read {p}: {e.strerror}", "check the path") from None
-        except yaml.YAMLError as e:
-            raise SpecError("file", f"{p} is not valid YAML: {e}") from None
-        return cls.from_dict(data, base_dir=p.parent.resolve())
+        return cls.from_dict(read_spec_file(p), base_dir=p.parent.resolve())
 
     def to_dict(self) -> dict[str, Any]:
         """The plain form (round-trips through from_dict); env values are as given."""
@@ -277,49 +279,48 @@ class TrainSpec:
 
     # ---- validation ---------------------------------------------------------------------
     def validate(self, catalog: Catalog | None = None, backends: tuple[str, ...] = ()) -> TrainSpec:
-        """Check every field and fill defaults; returns self. Raises SpecError."""
+        """Check every field's type, size and value and fill defaults; returns self.
+
+        The one place input is checked, so the CLI, YAML files, REST, magics and the Python
+        API share every rule. Raises SpecError naming the field.
+        """
         catalog = catalog or load_catalog()
-        if (
-            not isinstance(self.command, list)
-            or not self.command
-            or not all(isinstance(a, str) and a for a in self.command)
-        ):
-            raise SpecError(
-                "command", "must be a non-empty list of strings", "e.g. python train.py --epochs 3"
-            )
+        check_command(self.command)
         if self.name is not None:
-            if not isinstance(self.name, str) or not DNS1123.match(self.name):
-                raise SpecError(
-                    "name",
-                    f"{self.name!r} is not a valid job name",
-                    "use lowercase letters, digits and '-', starting and ending with a letter "
-                    "or digit (DNS-1123), e.g. mnist-1",
-                )
+            check_text(self.name, "name", MAX_LABEL, _NAME_FIX)
+            if not DNS1123.match(self.name):
+                raise SpecError("name", f"{show(self.name)} is not a valid job name", _NAME_FIX)
             if len(self.name) > MAX_NAME:
                 raise SpecError(
                     "name", f"is {len(self.name)} characters long", f"keep it to {MAX_NAME}"
                 )
-        self.workers = _as_int(
-            self.workers, "workers", 1, "give 1 or more workers, e.g. --workers 2"
+        self.workers = as_int(
+            self.workers, "workers", 1, MAX_WORKERS, "give 1 or more workers, e.g. --workers 2"
         )
-        if self.workers > 1024:
-            raise SpecError("workers", f"{self.workers} is more than 1024", "use fewer workers")
         self.gpus = self._check_gpus(self.gpus)
-        ref, image = (
-            catalog.resolve_image(self.image) if isinstance(self.image, str) else (None, None)
-        )
-        if ref is None:
-            raise SpecError("image", "must be a string", "e.g. pytorch or pytorch:2.13")
+        check_text(self.image, "image", MAX_STRING, "e.g. pytorch or pytorch:2.13")
+        if "/" not in self.image and len(self.image) > MAX_LABEL:  # a catalogue name[:tag]
+            raise SpecError(
+                "image",
+                f"is {len(self.image)} characters long, at most {MAX_LABEL}",
+                "e.g. pytorch",
+            )
+        if not self.image or any(c.isspace() for c in self.image):
+            raise SpecError(
+                "image", f"{show(self.image)} is not an image", "e.g. pytorch or pytorch:2.13"
+            )
+        _, image = catalog.resolve_image(self.image)
         if self.framework is None:
             self.framework = image.framework if image else "pytorch"
-        if self.framework not in FRAMEWORKS:
+        if not isinstance(self.framework, str) or self.framework not in FRAMEWORKS:
             raise SpecError(
                 "framework",
-                f"unknown framework {self.framework!r}",
+                f"unknown framework {show(self.framework)}",
                 f"use one of {', '.join(FRAMEWORKS)}",
             )
         if self.instance_spec is None:
             self.instance_spec = catalog.smallest_spec_for(self.gpus).name
+        check_text(self.instance_spec, "spec", MAX_LABEL, "e.g. gpu.1x (see `workbench specs`)")
         offer = catalog.spec(self.instance_spec)
         if self.gpus > offer.gpus:
             raise SpecError(
@@ -329,63 +330,78 @@ class TrainSpec:
             )
         if self.procs_per_worker is None:
             self.procs_per_worker = max(1, int(self.gpus)) if self.gpus >= 1 else 1
-        self.procs_per_worker = _as_int(
-            self.procs_per_worker, "procs_per_worker", 1, "give 1 or more, usually one per GPU"
+        self.procs_per_worker = as_int(
+            self.procs_per_worker,
+            "procs_per_worker",
+            1,
+            MAX_PROCS,
+            "give 1 or more, usually one per GPU",
         )
         if self.cpu is not None:
-            try:
-                self.cpu = float(self.cpu)
-            except (TypeError, ValueError):
-                raise SpecError("cpu", f"{self.cpu!r} is not a number", "e.g. 4 or 0.5") from None
-            if self.cpu <= 0:
-                raise SpecError("cpu", f"must be positive, got {self.cpu:g}", "e.g. 4")
-        if self.memory is not None and not MEMORY.match(str(self.memory)):
-            raise SpecError("memory", f"{self.memory!r} is not a quantity", "e.g. 16Gi or 512Mi")
-        if not isinstance(self.env, dict):
-            raise SpecError("env", "must be a mapping of NAME to value", "e.g. --env LR=0.1")
-        for key, value in self.env.items():
-            if not isinstance(key, str) or not ENV_NAME.match(key):
+            self.cpu = as_float(self.cpu, "cpu", "e.g. 4 or 0.5")
+            if not 0 < self.cpu <= MAX_CPU:
                 raise SpecError(
-                    f"env.{key}",
-                    "is not a valid variable name",
-                    "use letters, digits and _, not starting with a digit",
+                    "cpu", f"must be positive and at most {MAX_CPU:g}, got {self.cpu:g}", "e.g. 4"
                 )
-            if key in RESERVED_ENV:
-                raise SpecError(f"env.{key}", "is set by workbench for every rank", "remove it")
-            self.env[key] = str(value)
+        if self.memory is not None:
+            if isinstance(self.memory, int) and not isinstance(self.memory, bool):
+                self.memory = str(self.memory)  # YAML reads `memory: 1024` as a number
+            check_text(self.memory, "memory", MAX_LABEL, "e.g. 16Gi or 512Mi")
+            if not MEMORY.match(self.memory):
+                raise SpecError(
+                    "memory", f"{show(self.memory)} is not a quantity", "e.g. 16Gi or 512Mi"
+                )
+        self.env = checked_env(self.env, RESERVED_ENV)
         for key in ("data", "outputs"):
-            for m in getattr(self, key):
-                if not isinstance(m, Mount):
-                    raise SpecError(key, f"{m!r} is not a mount", "write SRC:DST[:ro|rw]")
-                if m.mode not in MOUNT_MODES:
-                    raise SpecError(key, f"mode {m.mode!r} of {m}", "use ro or rw")
-                if ".." in Path(m.dst).parts:
-                    raise SpecError(
-                        key, f"destination {m.dst!r} climbs out with '..'", "use a plain path"
-                    )
-        self.max_retries = _as_int(
-            self.max_retries, "max_retries", 0, "give 0 or more, e.g. --retry 2"
+            self._check_mounts(key)
+        self.max_retries = as_int(
+            self.max_retries, "max_retries", 0, MAX_RETRIES, "give 0 or more, e.g. --retry 2"
         )
         self.timeout = parse_duration(self.timeout)
-        if self.runtime not in RUNTIMES:
+        if self.working_dir is not None:
+            check_path(self.working_dir, "working_dir", "give a directory path")
+        for key in ("priority", "queue", "backend"):
+            if getattr(self, key) is not None:
+                check_text(getattr(self, key), key, MAX_LABEL)
+        if not isinstance(self.runtime, str) or self.runtime not in RUNTIMES:
             raise SpecError(
-                "runtime", f"unknown runtime {self.runtime!r}", f"use one of {', '.join(RUNTIMES)}"
+                "runtime",
+                f"unknown runtime {show(self.runtime)}",
+                f"use one of {', '.join(RUNTIMES)}",
             )
         if self.backend is not None and backends and self.backend not in backends:
             raise SpecError(
-                "backend", f"unknown backend {self.backend!r}", f"use one of {', '.join(backends)}"
+                "backend",
+                f"unknown backend {show(self.backend)}",
+                f"use one of {', '.join(backends)}",
             )
+        check_size(self.to_dict())  # each field is bounded; together they are too
         return self
 
+    def _check_mounts(self, key: str) -> None:
+        mounts = getattr(self, key)
+        if not isinstance(mounts, list):
+            raise SpecError(key, f"must be a list of SRC:DST strings, got {kind(mounts)}")
+        if len(mounts) > MAX_MOUNTS:
+            raise SpecError(key, f"has {len(mounts)} mounts, at most {MAX_MOUNTS}")
+        for m in mounts:
+            if not isinstance(m, Mount):
+                raise SpecError(key, f"{show(m)} is not a mount", "write SRC:DST[:ro|rw]")
+            check_text(m.src, key, MAX_STRING, "write SRC:DST[:ro|rw]")
+            if not m.scheme:  # a local source is a file name; a URL's keys may be longer
+                check_path(m.src, key, "write SRC:DST[:ro|rw]")
+            check_path(m.dst, key, "write SRC:DST[:ro|rw]")
+            if m.mode not in MOUNT_MODES:
+                raise SpecError(key, f"mode {show(m.mode)} of {show(str(m))}", "use ro or rw")
+            if ".." in Path(m.dst).parts:
+                raise SpecError(
+                    key, f"destination {show(m.dst)} climbs out with '..'", "use a plain path"
+                )
+
     def _check_gpus(self, value: Any) -> float:
-        try:
-            gpus = float(value)
-        except (TypeError, ValueError):
-            raise SpecError(
-                "gpus", f"{value!r} is not a number", "e.g. --gpus 1 or --gpus 0.5"
-            ) from None
-        if gpus < 0 or math.isnan(gpus):
-            raise SpecError("gpus", f"must be 0 or more, got {value!r}", "use 0 for CPU-only")
+        gpus = as_float(value, "gpus", "e.g. --gpus 1 or --gpus 0.5")
+        if gpus < 0:
+            raise SpecError("gpus", f"must be 0 or more, got {show(value)}", "use 0 for CPU-only")
         if gpus > 1 and gpus != int(gpus):
             raise SpecError(
                 "gpus", f"{gpus:g} is neither whole nor a fraction of one GPU", "e.g. 0.5, 1 or 2"
@@ -404,12 +420,14 @@ class TrainSpec:
 
 def _mount_from(value: Any, field_name: str) -> Mount:
     if isinstance(value, str):
+        check_text(value, field_name, 2 * MAX_STRING + 8, "write SRC:DST[:ro|rw]")
         return Mount.parse(value, field_name)
     if isinstance(value, dict) and "src" in value and "dst" in value:
-        return Mount(
-            src=str(value["src"]), dst=str(value["dst"]), mode=str(value.get("mode", "ro"))
-        )
-    raise SpecError(field_name, f"{value!r} is not a mount", "write SRC:DST[:ro|rw]")
+        src, dst, mode = value["src"], value["dst"], value.get("mode", "ro")
+        for part in (src, dst, mode):
+            check_text(part, field_name, MAX_STRING, "give src, dst and mode as strings")
+        return Mount(src=src, dst=dst, mode=mode)
+    raise SpecError(field_name, f"{show(value)} is not a mount", "write SRC:DST[:ro|rw]")
 
 
 @dataclass

@@ -32,6 +32,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from ..manager import JobManager
 from ..spec import JobRecord
 from ._gpu import GpuMonitor
+from ._json import dumps_strict
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class EventHub:
 
     def broadcast(self, message: dict[str, Any]) -> None:
         """Send one message to every client (on the event loop)."""
-        text = json.dumps(message, default=str)
+        text = dumps_strict(message, default=str)
         for client in list(self.clients):
             try:
                 client.write_message(text)

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.iostream import StreamClosedError
 
+from .._spec_limits import MAX_SPEC, show
 from ..errors import (
     BackendError,
     BackendUnavailableError,
@@ -40,6 +42,7 @@ from ..errors import (
 from ..manager import JobManager
 from ..spec import JobRecord, JobStatus, TrainSpec
 from ._gpu import GpuMonitor
+from ._json import dumps_strict
 from ._logstream import LineFeed, start_reader
 from ._prometheus import render_metrics
 
@@ -48,6 +51,8 @@ AUTH_RESOURCE = "workbench"
 # before it answers 202 with the record as it is.
 CANCEL_REPLY_WAIT = 2.0
 MAX_PAGE = 1000
+MAX_INT_ARG = 2**31 - 1  # offset, tail, rank: far past any real store, within SQLite's range
+MAX_BODY = 4 * MAX_SPEC  # a spec is at most MAX_SPEC as JSON; leave room for whitespace
 T = TypeVar("T")
 
 
@@ -124,9 +129,9 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         return await loop.run_in_executor(self.wb.executor, functools.partial(fn, *args, **kwargs))
 
     def reply(self, data: Any, status: int = 200) -> None:
-        """Finish with a JSON body."""
+        """Finish with a strict JSON body (NaN/Infinity, which JSON.parse rejects, go as null)."""
         self.set_status(status)
-        self.finish(json.dumps(data))
+        self.finish(dumps_strict(data))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """Every error is JSON from ``error_reply``; never a traceback."""
@@ -146,32 +151,38 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
     def int_arg(
         self, name: str, default: int | None, low: int, high: int | None = None
     ) -> int | None:
-        """An integer query parameter within [low, high]."""
+        """An integer query parameter within [low, high] (high defaults to MAX_INT_ARG)."""
         raw = self.get_argument(name, None)
         if raw is None or raw == "":
             return default
+        high = MAX_INT_ARG if high is None else high
         try:
-            value = int(raw)
+            # bounded before int(): SQLite holds 64-bit integers, and int() of a long
+            # digit string is quadratic
+            value = int(raw) if len(raw) <= 20 else None
         except ValueError:
             raise SpecError(
-                name, f"{raw!r} is not an integer", f"give a whole number >= {low}"
+                name, f"{show(raw)} is not an integer", f"give a whole number >= {low}"
             ) from None
-        if value < low or (high is not None and value > high):
-            limit = f"between {low} and {high}" if high is not None else f">= {low}"
-            raise SpecError(name, f"{value} is out of range", f"give a number {limit}")
+        if value is None or value < low or value > high:
+            raise SpecError(
+                name, f"{show(raw)} is out of range", f"give a number between {low} and {high}"
+            )
         return value
 
     def float_arg(self, name: str, default: float | None) -> float | None:
-        """A positive number query parameter."""
+        """A positive, finite number query parameter."""
         raw = self.get_argument(name, None)
         if raw is None or raw == "":
             return default
         try:
-            value = float(raw)
+            value = float(raw) if len(raw) <= 32 else float("nan")
         except ValueError:
-            raise SpecError(name, f"{raw!r} is not a number", "give seconds, e.g. 300") from None
-        if not value > 0 or value == float("inf"):
-            raise SpecError(name, f"{raw!r} is not a positive number", "give seconds, e.g. 300")
+            raise SpecError(
+                name, f"{show(raw)} is not a number", "give seconds, e.g. 300"
+            ) from None
+        if not value > 0 or not math.isfinite(value):
+            raise SpecError(name, f"{show(raw)} is not a positive number", "give seconds, e.g. 300")
         return value
 
     def bool_arg(self, name: str, default: bool = False) -> bool:
@@ -187,8 +198,12 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         raise SpecError(name, f"{raw!r} is not true or false", "give true or false")
 
     def json_body(self, required: bool = True) -> dict[str, Any]:
-        """The request body as a JSON object."""
+        """The request body as a JSON object (at most MAX_BODY bytes)."""
         raw = self.request.body
+        if len(raw) > MAX_BODY:
+            raise web.HTTPError(
+                413, "body: is %d bytes, at most %d (a spec is small)", len(raw), MAX_BODY
+            )
         if not raw or not raw.strip():
             if required:
                 raise SpecError("body", "is empty", "send the spec as a JSON object")
@@ -196,7 +211,11 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         try:
             data = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
-            raise SpecError("body", f"is not valid JSON ({e})", "send a JSON object") from None
+            raise SpecError(
+                "body", f"is not valid JSON ({show(str(e))})", "send a JSON object"
+            ) from None
+        except RecursionError:  # json's C decoder recurses once per bracket
+            raise SpecError("body", "nests too deeply", "send a flat JSON object") from None
         if not isinstance(data, dict):
             raise SpecError(
                 "body", "must be a JSON object", 'e.g. {"command": ["python", "train.py"]}'
