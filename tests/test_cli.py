@@ -159,3 +159,33 @@ def test_console_script_runs(wb_home):
     exe = Path(sys.executable).parent / "workbench"
     out = subprocess.run([str(exe), "--version"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0 and out.stdout.startswith("workbench ")
+
+
+def test_json_output_stays_strict_json_with_a_stored_nan(capsys, manager):
+    """A record an older version stored with NaN: `-o json` must still parse anywhere."""
+    import math
+
+    from workbench.spec import JobRecord, JobStatus
+
+    manager.backend().store.insert(
+        JobRecord(
+            name="old-nan",
+            status=JobStatus.SUCCEEDED,
+            backend="local",
+            spec={"command": ["true"], "cpu": math.nan, "gpus": math.inf},
+            image="x",
+        )
+    )
+
+    def strict(text: str):
+        def refuse(token: str):
+            raise ValueError(f"not JSON: {token}")
+
+        return json.loads(text, parse_constant=refuse)
+
+    for verb in (["list"], ["get", "old-nan"]):
+        code, out, _ = cli(capsys, *verb, "-o", "json")
+        assert code == 0
+        data = strict(out)
+        job = data[0] if isinstance(data, list) else data
+        assert job["spec"]["cpu"] is None and job["spec"]["gpus"] is None

@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import SpecError, WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
+from .wirejson import dumps_strict
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,7 +274,8 @@ def _wait(m: Any, name: str, fmt: str, follow_logs: bool) -> int:
 
 
 def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, default=str))
+    # Strict JSON (NaN from an older store as null), as the REST API writes it.
+    print(dumps_strict(data, indent=2, default=str))
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -32,7 +32,7 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 from ..manager import JobManager
 from ..spec import JobRecord
 from ._gpu import GpuMonitor
-from ._json import dumps_strict
+from ..wirejson import dumps_strict
 
 log = logging.getLogger(__name__)
 

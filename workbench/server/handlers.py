@@ -42,7 +42,7 @@ from ..errors import (
 from ..manager import JobManager
 from ..spec import JobRecord, JobStatus, TrainSpec
 from ._gpu import GpuMonitor
-from ._json import dumps_strict
+from ..wirejson import dumps_strict
 from ._logstream import LineFeed, start_reader
 from ._prometheus import render_metrics
 

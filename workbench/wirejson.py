@@ -1,4 +1,4 @@
-"""JSON text for the wire that every parser accepts (browsers' JSON.parse included)."""
+"""JSON text for the wire and for `-o json` that every parser accepts (browsers' JSON.parse too)."""
 
 from __future__ import annotations
 
