@@ -81,7 +81,9 @@ def apt_mirror() -> str:
 def build_base(log: list[str]) -> None:
     """Debian bookworm minbase with Python 3.11, imported as BASE_TAG (~1-2 min)."""
     if shutil.which("debootstrap") is None:
-        raise RuntimeError("debootstrap is missing: apt-get install -y debootstrap (`make test` does this as root)")
+        raise RuntimeError(
+            "debootstrap is missing: apt-get install -y debootstrap (`make test` does this as root)"
+        )
     with tempfile.TemporaryDirectory(prefix="wb-rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         t0 = time.time()

@@ -31,8 +31,8 @@ from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..manager import JobManager
 from ..spec import JobRecord
-from ._gpu import GpuMonitor
 from ..wirejson import dumps_strict
+from ._gpu import GpuMonitor
 
 log = logging.getLogger(__name__)
 

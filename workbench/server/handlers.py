@@ -41,8 +41,8 @@ from ..errors import (
 )
 from ..manager import JobManager
 from ..spec import JobRecord, JobStatus, TrainSpec
-from ._gpu import GpuMonitor
 from ..wirejson import dumps_strict
+from ._gpu import GpuMonitor
 from ._logstream import LineFeed, start_reader
 from ._prometheus import render_metrics
 
