@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
@@ -39,9 +40,19 @@ class Backend(ABC):
 
     @abstractmethod
     def logs(
-        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[str]:
-        """Lines (without newline) of one rank's output; follows until the job ends."""
+        """Lines (without newline) of one rank's output, or every rank's with ``rank=None``.
+
+        Every rank: each line starts with ``[rank R] `` (``_logread.rank_prefixed``), and
+        ``tail`` counts per rank. Follow goes on until the job ends or ``stop`` is set, which
+        the reader checks at least once per block it reads.
+        """
 
     @abstractmethod
     def delete(self, name: str) -> None:
