@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import wait_for
 from workbench.backends import _logread
-from workbench.backends._logread import CUT_MARK, MAX_LINE, read_logs, split_rank_prefix
+from workbench.backends._logread import CUT_MARK, MAX_LINE, read_logs
+from workbench.backends.base import split_rank_prefix
 
 
 def read(path: Path, tail: int | None = None) -> list[str]:

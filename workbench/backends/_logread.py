@@ -18,22 +18,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from .base import rank_prefixed
+
 MAX_LINE = 64 * 1024
 BLOCK = 64 * 1024
 CHUNK = 256 * 1024
 CUT_MARK = " [workbench: line cut at 64 KiB]"
-RANK_PREFIX = "[rank {rank}] "  # one format for the CLI, the magics and REST (?rank=all)
-
-
-def rank_prefixed(rank: int, line: str) -> str:
-    """``line`` as shown in an all-ranks stream."""
-    return RANK_PREFIX.format(rank=rank) + line
-
-
-def split_rank_prefix(line: str) -> tuple[int, str]:
-    """Inverse of ``rank_prefixed`` (every line of an all-ranks stream carries the prefix)."""
-    head, _, text = line.partition("] ")
-    return int(head.removeprefix("[rank ")), text
 
 
 def _text(data: bytes, cut: bool) -> str:

@@ -10,6 +10,19 @@ from typing import Any
 
 from ..spec import JobRecord, TrainSpec
 
+RANK_PREFIX = "[rank {rank}] "  # every-rank logs: one format for the CLI, magics and REST
+
+
+def rank_prefixed(rank: int, line: str) -> str:
+    """``line`` as it appears in an every-rank log stream (``logs(rank=None)``)."""
+    return RANK_PREFIX.format(rank=rank) + line
+
+
+def split_rank_prefix(line: str) -> tuple[int, str]:
+    """The rank and the text of a line from an every-rank log stream."""
+    head, _, text = line.partition("] ")
+    return int(head.removeprefix("[rank ")), text
+
 
 class Backend(ABC):
     """Runs TrainSpecs somewhere and reports on them."""
@@ -49,7 +62,7 @@ class Backend(ABC):
     ) -> Iterator[str]:
         """Lines (without newline) of one rank's output, or every rank's with ``rank=None``.
 
-        Every rank: each line starts with ``[rank R] `` (``_logread.rank_prefixed``), and
+        Every rank: each line starts with ``[rank R] `` (``rank_prefixed``), and
         ``tail`` counts per rank. Follow goes on until the job ends or ``stop`` is set, which
         the reader checks at least once per block it reads.
         """
