@@ -82,11 +82,13 @@ def write_progress(path: Path, mb: int) -> None:
         f.write(b"\r99999999/99999999 it [00:01, 999.9it/s] done")
 
 
-def wall(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, int]:
+def wall(
+    cmd: list[str], env: dict[str, str] | None = None, cwd: str | None = None
+) -> tuple[float, float, int]:
     """Wall and CPU (user + sys) seconds of ``cmd``, and the bytes it printed."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, cwd=cwd)
     assert proc.stdout is not None
     size = 0
     while chunk := proc.stdout.read(1 << 20):
@@ -113,7 +115,8 @@ def median_wall(
 def before_cli(args: argparse.Namespace, env: dict[str, str], *cli: str) -> dict[str, object]:
     """The older checkout's CLI, once: wall and CPU seconds, bytes printed."""
     cmd = [sys.executable, "-m", "workbench.cli", "logs", *cli]
-    seconds, cpu, size = wall(cmd, dict(env, PYTHONPATH=args.before))
+    # cwd too: ``python -m`` puts the current folder ahead of PYTHONPATH
+    seconds, cpu, size = wall(cmd, dict(env, PYTHONPATH=args.before), cwd=args.before)
     return {
         "before_cli_s": round(seconds, 2),
         "before_cli_cpu_s": round(cpu, 2),
