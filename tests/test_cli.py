@@ -120,6 +120,16 @@ def test_submit_wait_list_get_logs_json(capsys, wb_home):
         {"job": "ok", "rank": 1, "line": "rank 1 attempt 1 started"},
         {"job": "ok", "rank": 1, "line": "rank 1 finished"},
     ]
+    code, out, _ = cli(capsys, "logs", "ok", "--all", "--tail", "1")
+    assert out.splitlines() == ["[rank 0] rank 0 finished", "[rank 1] rank 1 finished"]
+    code, out, _ = cli(capsys, "logs", "ok", "-a", "-t", "1", "-o", "json")
+    assert [json.loads(x) for x in out.splitlines()] == [
+        {"job": "ok", "rank": 0, "line": "rank 0 finished"},
+        {"job": "ok", "rank": 1, "line": "rank 1 finished"},
+    ]
+    code, out, err = cli(capsys, "logs", "ok", "--tail", "-1")
+    assert code == 2 and err.strip() == "error: tail: got -1 (give a number of lines >= 0)"
+    assert out == ""
 
 
 def test_submit_from_file_with_flag_override(capsys, wb_home, tmp_path):

@@ -50,8 +50,10 @@ class Job:
         self._record = self.manager.wait(self.name, timeout=timeout)
         return self._record
 
-    def logs(self, rank: int = 0, follow: bool = False, tail: int | None = None) -> Iterator[str]:
-        """Lines of rank ``rank``'s output; ``follow`` keeps going until the job ends."""
+    def logs(
+        self, rank: int | None = 0, follow: bool = False, tail: int | None = None
+    ) -> Iterator[str]:
+        """Lines of rank ``rank``'s output (every rank's with None); ``follow`` goes to the end."""
         return self.manager.logs(self.name, rank=rank, follow=follow, tail=tail)
 
     def cancel(self) -> JobRecord:

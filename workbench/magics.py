@@ -122,18 +122,22 @@ class WorkbenchMagics(Magics):
 
     @line_magic
     def gpu_logs(self, line: str) -> None:
-        """Print a rank's log: ``%gpu_logs NAME [-f] [--rank R] [--tail N]``."""
+        """Print a rank's log: ``%gpu_logs NAME [-f] [--rank R | --all] [--tail N]``."""
         p = _MagicParser(prog="gpu_logs", description="Print a rank's logs.")
         p.add_argument("name")
         p.add_argument(
             "-f", "--follow", action="store_true", help="keep printing until the job ends"
         )
-        p.add_argument("-r", "--rank", type=int, default=0, help="which rank (default 0)")
-        p.add_argument("-t", "--tail", type=int, help="only the last N lines")
+        which = p.add_mutually_exclusive_group()
+        which.add_argument("-r", "--rank", type=int, default=0, help="which rank (default 0)")
+        which.add_argument(
+            "-a", "--all", action="store_true", help="every rank, each line prefixed [rank N]"
+        )
+        p.add_argument("-t", "--tail", type=int, help="only the last N lines (of each rank)")
         ns = p.parse_args(_split(line, "gpu_logs"))
         try:
             for text in default_manager().logs(
-                ns.name, rank=ns.rank, follow=ns.follow, tail=ns.tail
+                ns.name, rank=None if ns.all else ns.rank, follow=ns.follow, tail=ns.tail
             ):
                 print(text, flush=ns.follow)
         except WorkbenchError as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -90,10 +91,15 @@ class JobManager:
         self._find(name).delete(name)
 
     def logs(
-        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[str]:
-        """Lines of one rank's output."""
-        return self._find(name).logs(name, rank=rank, follow=follow, tail=tail)
+        """Lines of one rank's output; every rank's, each prefixed ``[rank R] ``, with None."""
+        return self._find(name).logs(name, rank=rank, follow=follow, tail=tail, stop=stop)
 
     def rerun(self, name: str, new_name: str | None = None) -> JobRecord:
         """Submit the exact spec and script snapshot of ``name`` again."""

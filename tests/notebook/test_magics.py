@@ -57,6 +57,9 @@ def test_gpu_train_follows_a_real_two_worker_job(
     assert re.search(r"rank 1 done .* params [0-9a-f]{16}", out)
     digests = set(re.findall(r"params ([0-9a-f]{16})", out))
     assert len(digests) == 1  # DDP kept both ranks' weights identical
+    shell.run_line_magic("gpu_logs", "mag-ddp --all --tail 1")  # every rank, one line each
+    last = capsys.readouterr().out.splitlines()
+    assert [line.split(" done ")[0] for line in last] == ["[rank 0] rank 0", "[rank 1] rank 1"]
 
     shell.run_line_magic("gpu_jobs", "")
     table = capsys.readouterr().out
@@ -126,6 +129,8 @@ def test_other_magics_give_usage_errors_not_tracebacks(shell: InteractiveShell) 
         shell.run_line_magic("gpu_logs", "")
     with pytest.raises(UsageError, match="rank"):
         shell.run_line_magic("gpu_logs", "x --rank one")
+    with pytest.raises(UsageError, match="not allowed with"):
+        shell.run_line_magic("gpu_logs", "x --all --rank 1")
     with pytest.raises(UsageError, match="no job named"):
         shell.run_line_magic("gpu_cancel", "ghost")
     # In a notebook the same error shows as one line: run_cell reports it, no traceback.

@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import builtins
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Any
 
 from ..spec import JobRecord, TrainSpec
+
+RANK_PREFIX = "[rank {rank}] "  # every-rank logs: one format for the CLI, magics and REST
+
+
+def rank_prefixed(rank: int, line: str) -> str:
+    """``line`` as it appears in an every-rank log stream (``logs(rank=None)``)."""
+    return RANK_PREFIX.format(rank=rank) + line
+
+
+def split_rank_prefix(line: str) -> tuple[int, str]:
+    """The rank and the text of a line from an every-rank log stream."""
+    head, _, text = line.partition("] ")
+    return int(head.removeprefix("[rank ")), text
 
 
 class Backend(ABC):
@@ -44,9 +58,19 @@ class Backend(ABC):
 
     @abstractmethod
     def logs(
-        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[str]:
-        """Lines (without newline) of one rank's output; follows until the job ends."""
+        """Lines (without newline) of one rank's output, or every rank's with ``rank=None``.
+
+        Every rank: each line starts with ``[rank R] `` (``rank_prefixed``), and
+        ``tail`` counts per rank. Follow goes on until the job ends or ``stop`` is set, which
+        the reader checks at least once per block it reads.
+        """
 
     @abstractmethod
     def delete(self, name: str) -> None:

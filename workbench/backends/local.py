@@ -18,8 +18,8 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from ..store import JobStore
 from . import _placement
 from ._diskspace import mount_point
 from ._jobfiles import JobFiles
+from ._logread import read_logs
 from ._processes import kill_job_processes, same_process
 from .base import Backend
 
@@ -393,16 +394,34 @@ class LocalBackend(Backend):
 
     # ---- logs ---------------------------------------------------------------------------
     def logs(
-        self, name: str, rank: int = 0, follow: bool = False, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = 0,
+        follow: bool = False,
+        tail: int | None = None,
+        stop: threading.Event | None = None,
     ) -> Iterator[str]:
-        """Lines of one rank's log; with follow, keeps reading until the job ends."""
+        """Lines of one rank's log, or of every rank (prefixed) with ``rank=None``.
+
+        With follow, keeps reading until the job ends or ``stop`` is set.
+        """
         record = self.get(name)
-        if rank < 0 or rank >= record.workers:
+        if rank is not None and not 0 <= rank < record.workers:
             raise SpecError(
                 "rank", f"job {name!r} has ranks 0..{record.workers - 1}", f"got {rank}"
             )
-        path = JobFiles(Path(record.job_dir or "")).log_path(rank)
-        return _read_log(path, follow, tail, lambda: self.get(name).status.terminal)
+        if tail is not None and tail < 0:
+            raise SpecError("tail", f"got {tail}", "give a number of lines >= 0")
+        files = JobFiles(Path(record.job_dir or ""))
+        ranks = range(record.workers) if rank is None else [rank]
+        return read_logs(
+            [(r, files.log_path(r)) for r in ranks],
+            follow,
+            tail,
+            lambda: self.get(name).status.terminal,
+            stop=stop,
+            prefix=rank is None,
+        )
 
     # ---- hosts --------------------------------------------------------------------------
     def nodes(self) -> builtins.list[dict[str, Any]]:
@@ -459,59 +478,3 @@ class LocalBackend(Backend):
                 "active_jobs": jobs,
             }
         ]
-
-
-def _tail_offset(f: Any, lines: int) -> int:
-    """Byte offset where the last ``lines`` lines start (reads backwards in blocks)."""
-    end = f.seek(0, os.SEEK_END)
-    pos, data = end, b""
-    while pos > 0:
-        step = min(64 * 1024, pos)
-        pos -= step
-        f.seek(pos)
-        data = f.read(step) + data
-        body = data[:-1] if data.endswith(b"\n") else data
-        if body.count(b"\n") >= lines:
-            idx = len(body)
-            for _ in range(lines):
-                idx = body.rfind(b"\n", 0, idx)
-            return pos + idx + 1
-    return 0
-
-
-def _read_log(path: Path, follow: bool, tail: int | None, finished: Any) -> Iterator[str]:
-    """Yield decoded lines; partial last lines wait for their newline unless the job ended."""
-    while not path.exists():
-        if not follow or finished():
-            return
-        time.sleep(0.2)
-    with open(path, "rb") as f:
-        if tail is not None:
-            f.seek(
-                _tail_offset(f, tail) if tail > 0 else 0, os.SEEK_SET if tail > 0 else os.SEEK_END
-            )
-        buf = b""
-        pending: deque[str] = deque()
-        idle = 0.05
-        while True:
-            chunk = f.read(256 * 1024)
-            if chunk:
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                pending.extend(line.decode("utf-8", "replace") for line in lines)
-                while pending:
-                    yield pending.popleft()
-                idle = 0.05
-                continue
-            if not follow:
-                break
-            if finished():
-                rest = f.read()
-                if rest:
-                    buf += rest
-                    continue
-                break
-            time.sleep(idle)
-            idle = min(idle * 2, 0.5)
-        if buf:
-            yield buf.decode("utf-8", "replace")

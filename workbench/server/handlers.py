@@ -323,39 +323,54 @@ class JobHandler(WorkbenchHandler):
 
 
 class JobLogsHandler(WorkbenchHandler):
-    """GET one rank's log as text; ?follow=true streams until the job ends."""
+    """GET one rank's log (or every rank's) as text; ?follow=true streams until the job ends."""
+
+    def rank_arg(self) -> int | None:
+        """?rank=N (default 0), or ?rank=all for every rank, each line prefixed [rank N]."""
+        raw = (self.get_argument("rank", None) or "").strip()
+        if raw.lower() == "all":
+            return None
+        if raw and not raw.isdigit():
+            raise SpecError("rank", f"{raw!r} is not a rank", "give a number >= 0, or all")
+        return self.int_arg("rank", 0, 0) or 0
 
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        """?rank=0&tail=100&follow=true; text/plain, one line per log line."""
-        rank = self.int_arg("rank", 0, 0) or 0
+        """?rank=0|all&tail=100&follow=true; text/plain, one line per log line."""
+        rank = self.rank_arg()
         tail = self.int_arg("tail", None, 0)
         follow = self.bool_arg("follow")
-        # Raises 404/400 before any byte is sent.
-        lines = await self.call(self.manager.logs, name, rank=rank, follow=follow, tail=tail)
+        feed = LineFeed(asyncio.get_running_loop())
+        # Raises 404/400 before any byte is sent; the reader watches feed.stopped per block.
+        lines = await self.call(
+            self.manager.logs, name, rank=rank, follow=follow, tail=tail, stop=feed.stopped
+        )
         with self.wb.followers_lock:
             if self.wb.followers >= self.wb.max_log_followers:
                 raise web.HTTPError(503, "too many log streams are open; retry shortly")
             self.wb.followers += 1
-        feed = LineFeed(asyncio.get_running_loop())
         self._feed = feed
         try:
             self.set_header("Content-Type", "text/plain; charset=utf-8")
             self.set_header("Cache-Control", "no-cache")
             self.set_header("X-Accel-Buffering", "no")  # stream through nginx/JupyterHub proxies
-            start_reader(lines, feed, name=f"workbench-logs-{name}-{rank}")
+            which = "all" if rank is None else rank
+            start_reader(lines, feed, name=f"workbench-logs-{name}-{which}")
             async for batch in feed.batches():
                 self.write("\n".join(batch) + "\n")
-                if follow:
-                    await self.flush()
+                # Wait for the client before taking more: a slow reader holds the reader
+                # thread back (bounded feed) instead of filling the server's memory.
+                await self.flush()
             if feed.error is not None:
-                self.log.warning("log stream of %s rank %d ended early: %s", name, rank, feed.error)
-            self.finish(set_content_type="text/plain; charset=utf-8")
+                self.log.warning(
+                    "log stream of %s rank %s ended early: %s", name, which, feed.error
+                )
+            self.finish(set_content_type="text/plain; charset=utf-8")  # APIHandler's is JSON
         except StreamClosedError:
             pass  # the client went away
         finally:
-            feed.stopped.set()
+            feed.stop()
             with self.wb.followers_lock:
                 self.wb.followers -= 1
 
@@ -363,7 +378,7 @@ class JobLogsHandler(WorkbenchHandler):
         """Tell the reader thread to stop when the client disconnects."""
         feed = getattr(self, "_feed", None)
         if feed is not None:
-            feed.stopped.set()
+            feed.stop()
             feed.close()
         super().on_connection_close()
 
