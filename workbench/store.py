@@ -80,23 +80,40 @@ JOB_COLUMNS = (
 )
 
 
+def _private_file(path: Path, create: bool = True) -> None:
+    """Make ``path`` 0600 (creating it empty when asked): job specs and events are private."""
+    try:
+        if create:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+            path.chmod(0o600)
+    except (FileNotFoundError, PermissionError):  # not there yet, or not ours: SQLite decides
+        pass
+
+
 class JobStore:
     """Jobs, ranks and events in one SQLite file; safe across threads and processes."""
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._local = threading.local()
         self._conn().executescript(SCHEMA)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            _private_file(self.path)
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA busy_timeout=30000")
+            for suffix in (
+                "-wal",
+                "-shm",
+            ):  # SQLite gives them the db's mode; older ones may differ
+                _private_file(self.path.with_name(self.path.name + suffix), create=False)
             self._local.conn = conn
             self._local.pid = os.getpid()
         return conn

@@ -71,8 +71,9 @@ class Supervisor:
         if row is None:
             raise SystemExit(f"no job {name!r} in {home}")
         self.files = JobFiles(Path(row["job_dir"]))
+        # The stored spec is redacted; the real mount URLs, args and env are in the 0600 file.
         self.spec = TrainSpec.from_dict(json.loads(row["spec_json"]))
-        self.spec.env.update(self.files.read_secret_env())
+        self.spec.restore_secrets(self.files.read_secrets())
         self.attempt = int(row["attempt"])
         self.runtime = row.get("runtime") or "process"  # "container": ranks run in containers
         self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
