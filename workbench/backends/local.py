@@ -210,7 +210,13 @@ class LocalBackend(Backend):
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
         from ..data.staging import check_mounts
 
-        check_mounts(spec, self.home, self.settings)
+        def active(name: str) -> bool:  # reconciled: a job whose supervisor died is not live
+            try:
+                return not self.get(name).status.terminal
+            except JobNotFoundError:
+                return False
+
+        check_mounts(spec, self.home, self.settings, active)
 
     # ---- read ---------------------------------------------------------------------------
     def get(self, name: str) -> JobRecord:
