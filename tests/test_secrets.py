@@ -156,3 +156,19 @@ def test_job_files_are_private(umask_022: None, manager, tmp_path: Path) -> None
     assert _mode(job_dir) == 0o700
     assert _mode(job_dir / "spec.yaml") == 0o600
     assert _mode(job_dir / "secret-env.json") == 0o600
+
+
+def test_spec_errors_and_reprs_mask_credentials() -> None:
+    """A bad mount's error, and a spec's repr in a traceback, never echo the secret."""
+    from workbench.errors import SpecError
+
+    bad = [["s3://K:Sekret1@b/x:/d:zz:"], [{"src": "s3://K:Sekret1@b/x"}]]
+    for data in bad:
+        with pytest.raises(SpecError) as e:
+            TrainSpec.from_dict({"command": ["x"], "data": data}).validate()
+        assert "Sekret1" not in str(e.value) and "***@b/x" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        TrainSpec(command=["x"], data=[Mount("s3://K:Sekret1@b/x", "/d", "zz")]).validate()
+    assert "Sekret1" not in str(e.value)
+    spec = TrainSpec(command=["x"], env={"A": "Sekret1"}, data=[Mount("s3://K:Sekret1@b/x", "/d")])
+    assert "Sekret1" not in repr(spec)

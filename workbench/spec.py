@@ -91,7 +91,7 @@ class Mount:
         if not sep or not src or not dst or src.endswith(":/") or dst.startswith("//"):
             raise SpecError(
                 field_name,
-                f"malformed mount {text!r}",
+                f"malformed mount {redact_urls(repr(text))}",
                 "write SRC:DST[:ro|rw], e.g. oss://bucket/imagenet:/data or ./data:/data:rw",
             )
         return cls(src=src, dst=dst, mode=mode)
@@ -104,6 +104,9 @@ class Mount:
 
     def __str__(self) -> str:
         return f"{self.src}:{self.dst}:{self.mode}"
+
+    def __repr__(self) -> str:  # tracebacks and messages: never the credentials in src
+        return f"{redact_url(self.src)}:{self.dst}:{self.mode}"
 
 
 def parse_duration(value: Any, field_name: str = "timeout") -> float | None:
@@ -161,7 +164,7 @@ class TrainSpec:
     framework: str | None = None
     data: list[Mount] = field(default_factory=list)
     outputs: list[Mount] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     working_dir: str | None = None
     max_retries: int = 0
     timeout: float | None = None
@@ -396,9 +399,11 @@ class TrainSpec:
         for key in ("data", "outputs"):
             for m in getattr(self, key):
                 if not isinstance(m, Mount):
-                    raise SpecError(key, f"{m!r} is not a mount", "write SRC:DST[:ro|rw]")
+                    raise SpecError(
+                        key, f"{redact_urls(repr(m))} is not a mount", "write SRC:DST[:ro|rw]"
+                    )
                 if m.mode not in MOUNT_MODES:
-                    raise SpecError(key, f"mode {m.mode!r} of {m}", "use ro or rw")
+                    raise SpecError(key, f"mode {m.mode!r} of {m!r}", "use ro or rw")
                 if ".." in Path(m.dst).parts:
                     raise SpecError(
                         key, f"destination {m.dst!r} climbs out with '..'", "use a plain path"
@@ -449,7 +454,9 @@ def _mount_from(value: Any, field_name: str) -> Mount:
         return Mount(
             src=str(value["src"]), dst=str(value["dst"]), mode=str(value.get("mode", "ro"))
         )
-    raise SpecError(field_name, f"{value!r} is not a mount", "write SRC:DST[:ro|rw]")
+    raise SpecError(
+        field_name, f"{redact_urls(repr(value))} is not a mount", "write SRC:DST[:ro|rw]"
+    )
 
 
 @dataclass
