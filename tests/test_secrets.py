@@ -172,3 +172,16 @@ def test_spec_errors_and_reprs_mask_credentials() -> None:
     assert "Sekret1" not in str(e.value)
     spec = TrainSpec(command=["x"], env={"A": "Sekret1"}, data=[Mount("s3://K:Sekret1@b/x", "/d")])
     assert "Sekret1" not in repr(spec)
+
+
+def test_free_text_is_masked_with_the_specs_secrets() -> None:
+    """What the supervisor does to an unexpected error before it logs or records it."""
+    from workbench.redaction import redact_text, secret_strings
+
+    spec = _credential_spec()
+    text = ("Traceback: ... ClientError for s3://AKID:datasecret1@bucket/train, "
+            "env envsecret1, datasecret1 alone, argpw1 and outsecret1")  # fmt: skip
+    masked = redact_text(text, secret_strings(spec.secrets()))
+    for secret in ("datasecret1", "envsecret1", "argpw1", "outsecret1", "AKID"):
+        assert secret not in masked
+    assert "s3://***@bucket/train" in masked

@@ -15,6 +15,8 @@ as a credential:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote, unquote_plus
 
 REDACTED = "***"
@@ -112,3 +114,28 @@ def redact_env_value(name: str, value: str) -> str:
     if SECRET_ENV.search(name):
         return REDACTED
     return redact_urls(value) if isinstance(value, str) else value
+
+
+def secret_strings(saved: Mapping[str, Any]) -> set[str]:
+    """Every credential string in a ``TrainSpec.secrets()`` mapping (whole values and the
+    passwords/signatures inside URLs), for masking free text such as a traceback."""
+    found: set[str] = set()
+    for group in saved.values():
+        for value in group.values() if isinstance(group, Mapping) else ():
+            if isinstance(value, str):
+                found |= {u for url in _URL_IN_TEXT.findall(value) for u in url_secrets(url)}
+                if len(value) >= 3:
+                    found.add(value)
+    return found
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every URL's credentials and each of ``secrets`` (3+ characters) masked.
+
+    URLs first, so a secret URL still says where (``s3://***@bucket/x``), not just ``***``.
+    """
+    text = redact_urls(text)
+    for s in sorted(set(secrets), key=len, reverse=True):
+        if s and len(s) >= 3:
+            text = text.replace(s, REDACTED)
+    return text

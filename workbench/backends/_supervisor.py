@@ -27,6 +27,7 @@ import psutil
 
 from .. import contract
 from ..errors import MountError
+from ..redaction import redact_text, secret_strings
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
@@ -131,8 +132,10 @@ class Supervisor:
             return
         except Exception as e:  # record, never leave a job 'Running' behind
             self.stop_all("supervisor error")
-            traceback.print_exc()
-            self.finish(JobStatus.FAILED, f"supervisor error: {e}", "SupervisorError", "error")
+            known = secret_strings(self.spec.secrets())  # an error may quote a URL or value
+            print(redact_text(traceback.format_exc(), known), file=sys.stderr, flush=True)
+            why = redact_text(f"supervisor error: {e}", known)
+            self.finish(JobStatus.FAILED, why, "SupervisorError", "error")
             return
         status, message, reason = outcome
         self.finish(status, message, reason, "info" if status is JobStatus.SUCCEEDED else "error")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MountError
-from ..redaction import REDACTED, redact_urls, url_secrets, userinfo_credentials
+from ..redaction import redact_text, redact_urls, url_secrets, userinfo_credentials
 from ..settings import Settings
 
 URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$")
@@ -166,11 +166,8 @@ def secrets_of(options: Mapping[str, Any]) -> set[str]:
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every secret value and URL userinfo masked."""
-    for s in sorted(set(secrets), key=len, reverse=True):
-        if s and len(s) >= 3:
-            text = text.replace(s, REDACTED)
-    return redact_url(text)
+    """``text`` with every secret value and URL credentials masked."""
+    return redact_text(text, secrets)
 
 
 @dataclass
