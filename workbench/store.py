@@ -81,11 +81,19 @@ JOB_COLUMNS = (
 
 
 def _private_file(path: Path, create: bool = True) -> None:
-    """Make ``path`` 0600 (creating it empty when asked): job specs and events are private."""
+    """Make ``path`` 0600 (creating it empty when asked): job specs and events are private.
+
+    Never opens an existing database: closing any descriptor of it would drop the POSIX
+    locks this process's SQLite connections hold on it (SQLite's "how to corrupt" list).
+    """
     try:
-        if create:
-            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+        if create and not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another thread or process made it first
+        pass
+    try:
+        st = path.stat()
+        if st.st_mode & 0o077 and st.st_uid == os.getuid():
             path.chmod(0o600)
     except (FileNotFoundError, PermissionError):  # not there yet, or not ours: SQLite decides
         pass
