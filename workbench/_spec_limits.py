@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from .errors import SpecError
+from .redaction import redact_urls
 
 MAX_STRING = 4096  # a plain string field: image, working_dir, mount paths
 MAX_PATH_PART = 255  # NAME_MAX: a longer file name is an OSError, not a missing file
@@ -55,9 +56,25 @@ def show(value: Any) -> str:
         # repr of a huge int is slow and raises past 4300 digits
         return f"a number of about {int(value.bit_length() * 0.30103) + 1} digits"
     try:
-        return _short.repr(value)
+        # Mask credentials before shortening: a cut could split a URL and leave part of
+        # its secret behind where the pattern no longer sees it.
+        return redact_urls(_short.repr(_masked(value, _short.maxlevel)))
     except Exception:  # a broken __repr__ on some object handed to the Python API
         return f"a {type(value).__name__}"
+
+
+def _masked(value: Any, depth: int) -> Any:
+    """``value`` with credential URLs in its strings masked, as deep as show() looks."""
+    if isinstance(value, str):
+        return redact_urls(value)
+    if depth <= 0:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_masked(v, depth - 1) for v in value[: _short.maxlist + 1]]
+    if isinstance(value, dict):
+        items = list(value.items())[: _short.maxdict + 1]
+        return {k: _masked(v, depth - 1) for k, v in items}
+    return value
 
 
 def kind(value: Any) -> str:

@@ -19,6 +19,20 @@ def _default_home() -> Path:
     return Path(base) / "workbench"
 
 
+def make_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it 0700, whatever the umask.
+
+    An existing one is tightened too: the home holds jobs.db and every job's secret file,
+    and homes made by older versions were 0755 (world-listable, readable where the files
+    themselves were). Someone else's folder is left alone (chmod is not ours to do there).
+    """
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_mode & 0o777 != 0o700 and st.st_uid == os.getuid():
+        path.chmod(0o700)
+    return path
+
+
 def _default_config_file() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "workbench" / "config.yaml"

@@ -35,6 +35,9 @@ from ._spec_limits import (
 )
 from .catalog import FRAMEWORKS, Catalog, load_catalog
 from .errors import SpecError
+from .redaction import REDACTED as REDACTED  # re-exported: secrets live in redaction.py
+from .redaction import SECRET_ENV as SECRET_ENV
+from .redaction import redact_env_value, redact_url, redact_urls
 
 # Used with .match (anchored at the start); \Z, unlike $, refuses a trailing newline.
 DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
@@ -58,10 +61,6 @@ RESERVED_ENV = frozenset(
         "CUDA_VISIBLE_DEVICES",
     }
 )
-SECRET_ENV = re.compile(
-    r"(SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|API_KEY|ACCESS_KEY|PRIVATE)", re.I
-)
-REDACTED = "***"
 MOUNT_MODES = ("ro", "rw")
 RUNTIMES = ("auto", "process", "container")  # the local backend's ways to run workers
 _NAME_FIX = (
@@ -129,6 +128,9 @@ class Mount:
     def __str__(self) -> str:
         return f"{self.src}:{self.dst}:{self.mode}"
 
+    def __repr__(self) -> str:  # tracebacks and messages: never the credentials in src
+        return f"{redact_url(self.src)}:{self.dst}:{self.mode}"
+
 
 @dataclass
 class TrainSpec:
@@ -146,7 +148,7 @@ class TrainSpec:
     framework: str | None = None
     data: list[Mount] = field(default_factory=list)
     outputs: list[Mount] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict, repr=False)  # may hold credentials
     working_dir: str | None = None
     max_retries: int = 0
     timeout: float | None = None
@@ -268,13 +270,54 @@ class TrainSpec:
 
     # ---- secrets ------------------------------------------------------------------------
     def secret_env(self) -> dict[str, str]:
-        """The env entries whose names look like credentials."""
-        return {k: v for k, v in self.env.items() if SECRET_ENV.search(k)}
+        """The env entries kept out of the spec: credential-looking names, and any value
+        holding a URL with credentials (``DATABASE_URL=postgres://u:pw@db``)."""
+        return {k: v for k, v in self.env.items() if redact_env_value(k, v) != v}
+
+    def secrets(self) -> dict[str, Any]:
+        """The real values of everything redacted() masks, keyed by field and position:
+        ``{"env": {NAME: value}, "data"|"outputs"|"command": {"index": value}}``."""
+        out: dict[str, Any] = {"env": self.secret_env()}
+        for key in ("data", "outputs"):
+            mounts = {str(i): m.src for i, m in enumerate(getattr(self, key))
+                      if redact_url(m.src) != m.src}  # fmt: skip
+            if mounts:
+                out[key] = mounts
+        args = {str(i): a for i, a in enumerate(self.command)
+                if isinstance(a, str) and redact_urls(a) != a}  # fmt: skip
+        if args:
+            out["command"] = args
+        return out
+
+    def restore_secrets(self, saved: dict[str, Any]) -> TrainSpec:
+        """Put the real values from secrets() back into this redacted spec; returns self.
+
+        A value goes back only where its masked form is what the spec holds, so a spec
+        edited since (mounts reordered, args changed) never gets a credential in the
+        wrong place.
+        """
+        self.env.update(saved.get("env") or {})
+        for key in ("data", "outputs"):
+            mounts: list[Mount] = getattr(self, key)
+            for i, src in (saved.get(key) or {}).items():
+                i = int(i)
+                if i < len(mounts) and mounts[i].src == redact_url(src):
+                    mounts[i] = Mount(src=src, dst=mounts[i].dst, mode=mounts[i].mode)
+        for i, arg in (saved.get("command") or {}).items():
+            i = int(i)
+            if i < len(self.command) and self.command[i] == redact_urls(arg):
+                self.command[i] = arg
+        return self
 
     def redacted(self) -> TrainSpec:
-        """A copy safe to store, show or log: credential-looking env values are masked."""
+        """A copy safe to store, show or log: credentials in env values, mount URLs and
+        command-line URLs are masked (the real ones are in secrets())."""
         copy = TrainSpec.from_dict(self.to_dict())
-        copy.env = {k: (REDACTED if SECRET_ENV.search(k) else v) for k, v in self.env.items()}
+        copy.env = {k: redact_env_value(k, v) for k, v in self.env.items()}
+        for key in ("data", "outputs"):
+            setattr(copy, key, [Mount(src=redact_url(m.src), dst=m.dst, mode=m.mode)
+                                for m in getattr(self, key)])  # fmt: skip
+        copy.command = [redact_urls(a) if isinstance(a, str) else a for a in self.command]
         return copy
 
     # ---- validation ---------------------------------------------------------------------

@@ -130,13 +130,32 @@ def _translated(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _private_file(path: Path, create: bool = True) -> None:
+    """Make ``path`` 0600 (creating it empty when asked): job specs and events are private.
+
+    Never opens an existing database: closing any descriptor of it would drop the POSIX
+    locks this process's SQLite connections hold on it (SQLite's "how to corrupt" list).
+    """
+    try:
+        if create and not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:  # another thread or process made it first
+        pass
+    try:
+        st = path.stat()
+        if st.st_mode & 0o077 and st.st_uid == os.getuid():
+            path.chmod(0o600)
+    except (FileNotFoundError, PermissionError):  # not there yet, or not ours: SQLite decides
+        pass
+
+
 class JobStore:
     """Jobs, ranks and events in one SQLite file; safe across threads and processes."""
 
     def __init__(self, path: Path | str, timeout: float | None = None) -> None:
         self.path = Path(path)
         self.timeout = store_timeout() if timeout is None else timeout
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._local = threading.local()
         self._setup()
 
@@ -147,11 +166,15 @@ class JobStore:
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            _private_file(self.path)
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            # SQLite gives -wal/-shm the database's mode; ones from an older version may differ.
+            for suffix in ("-wal", "-shm"):
+                _private_file(self.path.with_name(self.path.name + suffix), create=False)
             self._local.conn = conn
             self._local.pid = os.getpid()
         return conn

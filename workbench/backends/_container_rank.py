@@ -37,6 +37,7 @@ from ._container_engine import (
     docker_sdk,
     gpu_options,
 )
+from ._jobfiles import JobFiles
 
 # Set by the supervisor for every rank on top of the host env; these pass into containers.
 RUNTIME_ENV = ("PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER")
@@ -158,7 +159,7 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
     job_dir = environ["WORKBENCH_JOB_DIR"]
     plan = ContainerPlan.load(job_dir)
     spec = TrainSpec.from_yaml(Path(job_dir) / "spec.yaml")
-    secret = json.loads((Path(job_dir) / "secret-env.json").read_text() or "{}")
+    secret = JobFiles(Path(job_dir)).read_secret_env()
     cwd = os.getcwd()
     docker = docker_sdk()
     grace = max(1, int(float(environ.get("WORKBENCH_STOP_GRACE", "10")) * 0.6))

@@ -6,12 +6,21 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ..spec import TrainSpec
 
 SNAPSHOT_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".json", ".toml", ".cfg", ".ini", ".txt"}
 SNAPSHOT_MAX_BYTES = 5 * 1024 * 1024
+SECRET_FILE = "secret-env.json"  # the name predates mounts with credentials; kept for old jobs
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to a file only the user can read, whatever the umask or old mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # O_CREAT's mode does not apply to a file that already exists
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 class JobFiles:
@@ -49,23 +58,30 @@ class JobFiles:
         return f
 
     def write_spec(self, spec: TrainSpec) -> None:
-        """Save the (already redacted) spec as YAML, for people and for rerun."""
-        (self.dir / "spec.yaml").write_text(spec.to_yaml())
+        """Save the (already redacted) spec as YAML, for people and for rerun (mode 0600)."""
+        _write_private(self.dir / "spec.yaml", spec.to_yaml())
+
+    def write_secrets(self, secrets: dict[str, Any]) -> None:
+        """The real values the stored spec masks (TrainSpec.secrets()): a 0600 file only."""
+        _write_private(self.dir / SECRET_FILE, json.dumps({"format": 2, **secrets}))
+
+    def read_secrets(self) -> dict[str, Any]:
+        """What write_secrets saved, for TrainSpec.restore_secrets (empty when none)."""
+        path = self.dir / SECRET_FILE
+        if not path.exists():
+            return {}
+        data: dict[str, Any] = json.loads(path.read_text() or "{}")
+        if data.get("format") != 2:  # before mounts had secrets: a plain env mapping
+            return {"env": data}
+        return data
 
     def write_secret_env(self, env: dict[str, str]) -> None:
         """Credentials go to a file only the user can read, never into the spec."""
-        path = self.dir / "secret-env.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(env, f)
+        self.write_secrets({"env": env})
 
     def read_secret_env(self) -> dict[str, str]:
-        """The credentials saved at submit (empty when none)."""
-        path = self.dir / "secret-env.json"
-        if not path.exists():
-            return {}
-        data: dict[str, str] = json.loads(path.read_text())
-        return data
+        """The env credentials saved at submit (empty when none)."""
+        return dict(self.read_secrets().get("env") or {})
 
     def plan_snapshot(
         self, command: list[str], working_dir: str | None

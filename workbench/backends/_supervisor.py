@@ -28,6 +28,7 @@ import psutil
 
 from .. import contract
 from ..errors import MountError
+from ..redaction import redact_text, secret_strings
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
@@ -74,8 +75,9 @@ class Supervisor:
         if row is None:
             raise SystemExit(f"no job {name!r} in {home}")
         self.files = JobFiles(Path(row["job_dir"]))
+        # The stored spec is redacted; the real mount URLs, args and env are in the 0600 file.
         self.spec = TrainSpec.from_dict(json.loads(row["spec_json"]))
-        self.spec.env.update(self.files.read_secret_env())
+        self.spec.restore_secrets(self.files.read_secrets())
         self.attempt = int(row["attempt"])
         self.runtime = row.get("runtime") or "process"  # "container": ranks run in containers
         self.stop_grace = float(os.environ.get("WORKBENCH_STOP_GRACE", "10"))
@@ -184,9 +186,11 @@ class Supervisor:
             if is_disk_full(e, self.files.dir):
                 raise  # run() records it, after giving back the reserve
             self.stop_all("supervisor error")
-            with contextlib.suppress(OSError):
-                traceback.print_exc()
-            self.finish(JobStatus.FAILED, f"supervisor error: {e}", "SupervisorError", "error")
+            known = secret_strings(self.spec.secrets())  # an error may quote a URL or value
+            with contextlib.suppress(OSError):  # stderr may sit on a full disk
+                print(redact_text(traceback.format_exc(), known), file=sys.stderr, flush=True)
+            why = redact_text(f"supervisor error: {e}", known)
+            self.finish(JobStatus.FAILED, why, "SupervisorError", "error")
             return
         status, message, reason = outcome
         self.finish(status, message, reason, "info" if status is JobStatus.SUCCEEDED else "error")

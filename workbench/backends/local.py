@@ -28,7 +28,7 @@ import psutil
 
 from ..catalog import Catalog, load_catalog
 from ..errors import JobNotFoundError, MonitorUnavailableError, SpecError, SubmitError
-from ..settings import Settings
+from ..settings import Settings, make_private_dir
 from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
@@ -50,7 +50,8 @@ class LocalBackend(Backend):
         self.settings = settings or Settings.load()
         self.catalog = catalog or load_catalog(self.settings.catalog_file)
         self.home = Path(self.settings.home)
-        (self.home / "jobs").mkdir(parents=True, exist_ok=True)
+        make_private_dir(self.home)  # 0700: jobs.db and job folders hold credentials
+        (self.home / "jobs").mkdir(exist_ok=True, mode=0o700)
         self.store = JobStore(self.home / "jobs.db")
 
     # ---- submit -------------------------------------------------------------------------
@@ -128,7 +129,7 @@ class LocalBackend(Backend):
                 if plan is not None:
                     plan.save(files.dir)
                 files.write_spec(safe)
-                files.write_secret_env(spec.secret_env())
+                files.write_secrets(spec.secrets())  # real mount URLs and env values: 0600 only
                 files.take_snapshot(snapshot)
         except BaseException as e:
             if created:
@@ -240,7 +241,13 @@ class LocalBackend(Backend):
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
         from ..data.staging import check_mounts
 
-        check_mounts(spec, self.home, self.settings)
+        def active(name: str) -> bool:  # reconciled: a job whose supervisor died is not live
+            try:
+                return not self.get(name).status.terminal
+            except JobNotFoundError:
+                return False
+
+        check_mounts(spec, self.home, self.settings, active)
 
     # ---- read ---------------------------------------------------------------------------
     def get(self, name: str) -> JobRecord:
@@ -384,9 +391,8 @@ class LocalBackend(Backend):
         """The job's spec with its snapshot scripts and saved credentials."""
         record = self.get(name)
         files = JobFiles(Path(record.job_dir or ""))
-        spec = TrainSpec.from_dict(record.spec)
+        spec = TrainSpec.from_dict(record.spec).restore_secrets(files.read_secrets())
         spec.command = files.snapshot_command(spec.command)
-        spec.env.update(files.read_secret_env())
         spec.name = None
         if spec.working_dir and not Path(spec.working_dir).is_dir():
             spec.working_dir = None

@@ -14,12 +14,14 @@ Where a mount's DST lands on the local backend (documented in docs/data.md):
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import fcntl
 import functools
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from ..errors import MountError, SpecError
 from ..settings import Settings
 from ..spec import Mount, TrainSpec
 from .cache import ObjectCache, Progress, default_cache_dir
-from .urls import Store, describe_error, open_store, parse_url, redact
+from .urls import Store, describe_error, open_store, parse_url, redact, redact_url
 
 MOUNTS_ENV = "WORKBENCH_MOUNTS"
 
@@ -60,25 +62,87 @@ def resolve_dst(dst: str, working_dir: str, job_dir: Path, field_name: str = "da
     return target
 
 
-def _check_dst_free(target: Path, home: Path, field_name: str, dst: str) -> None:
-    """A relative data DST becomes our symlink: never replace the user's own files."""
+def link_owner(link: Path, home: Path) -> str | None:
+    """The job whose folder a DST symlink points into (``HOME/jobs/NAME/...``); None when
+    the link is not one workbench made."""
+    target = Path(os.path.normpath(link.parent.absolute() / os.readlink(link)))
+    for jobs in {Path(home).absolute() / "jobs", Path(home).resolve() / "jobs"}:
+        if jobs in target.parents:
+            return target.relative_to(jobs).parts[0]
+    return None
+
+
+def _check_dst_free(target: Path, home: Path, field_name: str, dst: str,
+                    active: Callable[[str], bool], me: str | None = None) -> None:  # fmt: skip
+    """A relative data DST becomes our symlink: never replace the user's own files, nor a
+    link a live job is reading through; a finished or deleted job's link is reclaimed."""
     if target.is_symlink():
-        if Path(home).resolve() in Path(os.readlink(target)).resolve().parents:
-            return
-        raise MountError(f"{field_name}: destination {dst!r} ({target}) is a symlink workbench did "
-                         "not make; remove it or pick another DST")  # fmt: skip
+        owner = link_owner(target, home)
+        if owner is None:
+            raise MountError(f"{field_name}: destination {dst!r} ({target}) is a symlink workbench "
+                             "did not make; remove it or pick another DST")  # fmt: skip
+        if owner != me and active(owner):
+            raise MountError(f"{field_name}: destination {dst!r} ({target}) is in use by job "
+                             f"{owner!r}, which has not finished; wait for it to end, cancel it, "
+                             "or pick another DST")  # fmt: skip
+        return
     if target.exists():
         raise MountError(f"{field_name}: destination {dst!r} ({target}) already exists in the "
                          "working directory; remove it or pick another DST")  # fmt: skip
 
 
-def check_mounts(spec: TrainSpec, home: Path, settings: Settings | None = None) -> None:
-    """Fail fast at submit: bad URL, unknown scheme, missing bucket, credentials, DST."""
+def _in_place(target: Path, source: Path) -> bool:
+    """True when DST already is the source itself (``--data ./data:data``): nothing to link."""
+    return not target.is_symlink() and target.exists() and target.resolve() == source.resolve()
+
+
+def store_active(store: Any) -> Callable[[str], bool]:
+    """``name -> True while the job is Pending or Running`` in a JobStore."""
+
+    def active(name: str) -> bool:
+        row = store.row(name)
+        return row is not None and row["status"] in ("Pending", "Running")
+
+    return active
+
+
+@contextlib.contextmanager
+def _links_lock(home: Path) -> Iterator[None]:
+    """One supervisor at a time checks and swaps DST links (two jobs staging at once)."""
+    with open(Path(home) / "mounts.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _point(link: Path, to: Path) -> None:
+    """Make ``link`` a symlink to ``to`` in one step (readers never see it missing)."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.wb-{os.getpid()}")
+    if tmp.is_symlink():
+        tmp.unlink()
+    tmp.symlink_to(to)
+    os.replace(tmp, link)
+
+
+def check_mounts(spec: TrainSpec, home: Path, settings: Settings | None = None,
+                 active: Callable[[str], bool] | None = None) -> None:  # fmt: skip
+    """Fail fast at submit: bad URL, unknown scheme, missing bucket, credentials, DST.
+
+    ``active(name)`` says whether a job still runs (default: its status in the store);
+    a relative DST linked into a live job's folder is refused.
+    """
+    if active is None:
+        from ..store import JobStore
+
+        active = store_active(JobStore(Path(home) / "jobs.db"))
     env = dict(spec.env)
     working_dir = spec.working_dir or os.getcwd()
     probe_dir = Path(home) / "jobs" / "_"
     for m in spec.data:
-        field_name = f"data {m.src}:{m.dst}"
+        field_name = f"data {redact_url(m.src)}:{m.dst}"
         url = parse_url(m.src, "data")
         target = resolve_dst(m.dst, working_dir, probe_dir, "data")
         store = open_store(url, env, settings, "data")
@@ -97,11 +161,11 @@ def check_mounts(spec: TrainSpec, home: Path, settings: Settings | None = None) 
                 )
             if not os.access(src, os.R_OK):
                 raise MountError(f"data: no permission to read {src}")
-            if not os.path.isabs(m.dst) and target.resolve() != src.resolve():
-                _check_dst_free(target, home, field_name, m.dst)
+            if not os.path.isabs(m.dst) and not _in_place(target, src):
+                _check_dst_free(target, home, field_name, m.dst, active)
             continue
         if not os.path.isabs(m.dst):
-            _check_dst_free(target, home, field_name, m.dst)
+            _check_dst_free(target, home, field_name, m.dst, active)
     for m in spec.outputs:
         url = parse_url(m.src, "output")
         resolve_dst(m.dst, working_dir, probe_dir, "output")
@@ -117,9 +181,9 @@ def check_mounts(spec: TrainSpec, home: Path, settings: Settings | None = None) 
 class JobData:
     """Stages a job's mounts before it starts and uploads its outputs when it ends."""
 
-    def __init__(
-        self, spec: TrainSpec, job_dir: Path, home: Path, settings: Settings | None = None
-    ) -> None:
+    def __init__(self, spec: TrainSpec, job_dir: Path, home: Path, settings: Settings | None = None,
+                 active: Callable[[str], bool] = lambda _: False) -> None:  # fmt: skip
+        self.active = active  # which jobs still run: their DST links are not ours to take
         self.spec = spec
         self.job_dir = Path(job_dir)
         self.home = Path(home)
@@ -143,8 +207,9 @@ class JobData:
             url = parse_url(m.src, "data")
             store = open_store(url, self.spec.env, self._settings(), "data")
             target = resolve_dst(m.dst, self.working_dir, self.job_dir, "data")
+            # A relative DST links to JOB_DIR/mounts/_i, so the link says which job owns it.
+            view = target if os.path.isabs(m.dst) else self.job_dir.absolute() / "mounts" / f"_{i}"
             if url.is_object_store:
-                view = target if os.path.isabs(m.dst) else self.job_dir / "mounts" / f"_{i}"
                 progress = functools.partial(_report_line, report, str(url))
                 result = cache.prefetch(store, report=progress, check=check)
                 _build_view(result.files, view, m.mode == "rw", result.single_file)
@@ -160,12 +225,14 @@ class JobData:
                     mapped[m.dst] = str(source)
                 else:
                     mapped[m.dst] = str(target)
-            elif target.resolve() != Path(source).resolve():
-                _check_dst_free(target, self.home, "data", m.dst)
-                if target.is_symlink():
-                    target.unlink()
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(source)
+            elif not _in_place(target, Path(source)):
+                if view != source:  # a local source: the job's own link to it
+                    _point(view, Path(source).absolute())
+                with _links_lock(self.home):
+                    _check_dst_free(
+                        target, self.home, "data", m.dst, self.active, self.job_dir.name
+                    )
+                    _point(target, view)
         for m in self.spec.outputs:
             target = resolve_dst(m.dst, self.working_dir, self.job_dir, "output")
             target.mkdir(parents=True, exist_ok=True)
@@ -260,7 +327,7 @@ def stage_job(sup: Any) -> None:
     """
     from ..spec import JobEvent
 
-    sup.data = JobData(sup.spec, sup.files.dir, sup.home)
+    sup.data = JobData(sup.spec, sup.files.dir, sup.home, active=store_active(sup.store))
     sup.data_env = {}
     if not sup.spec.data and not sup.spec.outputs:
         return

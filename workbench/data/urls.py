@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import MountError
+from ..redaction import redact_text, redact_urls, url_secrets, userinfo_credentials
 from ..settings import Settings
 
-REDACTED = "***"
 URL = re.compile(r"^(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<rest>.*)$")
 # S3 and OSS share the DNS-style rule: 3-63 lowercase letters, digits, '-' and '.'.
 BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s]+@")
 # Options whose values are credentials: masked wherever they could be printed.
 SECRET_KEYS = ("key", "secret", "token", "password", "aws_access_key_id", "aws_secret_access_key",
                "aws_session_token", "access_key", "secret_key", "account_key", "sas_token")  # fmt: skip
@@ -57,7 +56,7 @@ ENV_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
 class DataURL:
     """A parsed data source: ``scheme://bucket/key`` or a local path (scheme '')."""
 
-    text: str
+    text: str = field(repr=False)  # may hold credentials: str() is the redacted form
     scheme: str
     bucket: str = ""
     key: str = ""
@@ -72,8 +71,8 @@ class DataURL:
 
 
 def redact_url(text: str) -> str:
-    """``scheme://user:pass@host/...`` -> ``scheme://***@host/...``."""
-    return USERINFO.sub(lambda m: m.group("scheme") + REDACTED + "@", text)
+    """Every URL in ``text`` with userinfo and credential query values masked."""
+    return redact_urls(text)
 
 
 def parse_url(text: str, where: str = "data") -> DataURL:
@@ -92,6 +91,9 @@ def parse_url(text: str, where: str = "data") -> DataURL:
             )
         return DataURL(text=text, scheme="")
     scheme, rest = m.group("scheme").lower(), m.group("rest")
+    creds = userinfo_credentials(text)
+    if creds:  # the bucket/host follows the userinfo (whose secret may hold a raw '/')
+        rest = creds[0].split("://", 1)[1]
     if scheme == "file":
         return DataURL(text=text, scheme="file", key="/" + rest.lstrip("/"))
     bucket, _, key = rest.partition("/")
@@ -164,11 +166,8 @@ def secrets_of(options: Mapping[str, Any]) -> set[str]:
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with every secret value and URL userinfo masked."""
-    for s in sorted(set(secrets), key=len, reverse=True):
-        if s and len(s) >= 3:
-            text = text.replace(s, REDACTED)
-    return redact_url(text)
+    """``text`` with every secret value and URL credentials masked."""
+    return redact_text(text, secrets)
 
 
 @dataclass
@@ -221,14 +220,18 @@ def open_store(
     import fsspec.core
 
     opts = storage_options(parsed.scheme, env, settings)
-    secrets = secrets_of(opts)
+    text = parsed.text
+    creds = userinfo_credentials(text) if parsed.scheme in OBJECT_STORES else None
+    if creds:  # s3://KEY:SECRET@bucket: s3fs/ossfs would take "KEY:SECRET@bucket" for the bucket
+        text, opts["key"], opts["secret"] = creds
+    secrets = secrets_of(opts) | url_secrets(parsed.text)
     if parsed.scheme == "oss" and not opts.get("endpoint"):
         raise MountError(
             f"{where}: no OSS endpoint for {parsed} (set OSS_ENDPOINT or storage.oss.endpoint "
             "in the workbench config, e.g. https://oss-cn-hangzhou.aliyuncs.com)"
         )
     try:
-        fs, path = fsspec.core.url_to_fs(parsed.text, **opts)
+        fs, path = fsspec.core.url_to_fs(text, **opts)
     except ImportError as e:
         raise MountError(f"{where}: {parsed.scheme}:// needs an extra package: {e}") from None
     except (ValueError, TypeError, OSError) as e:
