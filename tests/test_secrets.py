@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from workbench.backends.local import LocalBackend
+from workbench.errors import SpecError
 from workbench.redaction import redact_url, redact_urls, url_secrets
 from workbench.settings import Settings
 from workbench.spec import REDACTED, Mount, TrainSpec
@@ -185,3 +186,15 @@ def test_free_text_is_masked_with_the_specs_secrets() -> None:
     for secret in ("datasecret1", "envsecret1", "argpw1", "outsecret1", "AKID"):
         assert secret not in masked
     assert "s3://***@bucket/train" in masked
+
+
+@pytest.mark.timeout(30)  # a hang guard, not a benchmark: the old pattern was quadratic
+def test_masking_a_huge_value_is_linear():
+    """An unbounded scheme pattern scanned to the end from every letter: a 2 MB value with
+    no '://' in an error message took minutes."""
+    assert redact_urls("x" * 2_000_000) == "x" * 2_000_000
+    masked = redact_urls("a" * 1_000_000 + "://user:pw@host/p")
+    assert masked.endswith("://***@host/p") and "pw" not in masked
+    with pytest.raises(SpecError) as info:
+        TrainSpec(command=["python"], runtime="y" * 60_000).validate()
+    assert info.value.field == "runtime"

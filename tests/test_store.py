@@ -61,3 +61,29 @@ def test_another_process_sees_writes(tmp_path: Path):
     subprocess.run([sys.executable, "-c", code], check=True)
     x = s.get("x")
     assert x is not None and x.status is JobStatus.SUCCEEDED
+
+
+def test_many_openers_of_a_fresh_store_all_succeed(tmp_path):
+    """Switching a new database to WAL takes an exclusive lock, and SQLite says "database is
+    locked" at once (no busy wait) to a second opener: a new home opened by a server's
+    threads, or two kernels, at the same moment failed about one round in fifteen."""
+    import threading
+
+    from workbench.store import JobStore
+
+    for round_ in range(30):
+        path = tmp_path / f"r{round_}" / "jobs.db"
+        errors: list[BaseException] = []
+
+        def open_and_read(path: Path = path, errors: list[BaseException] = errors) -> None:
+            try:
+                JobStore(path).exists("x")
+            except BaseException as e:  # any failure of any opener fails the round
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_and_read) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], f"round {round_}: {errors[0]}"

@@ -29,7 +29,9 @@ SECRET_ENV = re.compile(
 SECRET_PARAM = re.compile(r"(pass|pwd|token|secret|key|sig|credential|auth|session)", re.I)
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)(.*)$", re.S)
 # A URL inside free text (a command argument, an error message).
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# The scheme is bounded: an unbounded one makes a long run of letters with no "://"
+# quadratic (every start position scans to the end).
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s'\"<>`]+")
 
 
 def _split(url: str) -> tuple[str, str, str, str, str] | None:
@@ -78,6 +80,8 @@ def redact_url(url: str) -> str:
 
 def redact_urls(text: str) -> str:
     """``text`` with every URL in it passed through :func:`redact_url`."""
+    if "://" not in text:
+        return text
     return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 

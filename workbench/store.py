@@ -169,15 +169,35 @@ class JobStore:
             _private_file(self.path)
             conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+            self._use_wal(conn)
+            conn.execute("PRAGMA synchronous=NORMAL")
             # SQLite gives -wal/-shm the database's mode; ones from an older version may differ.
             for suffix in ("-wal", "-shm"):
                 _private_file(self.path.with_name(self.path.name + suffix), create=False)
             self._local.conn = conn
             self._local.pid = os.getpid()
         return conn
+
+    def _use_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch a fresh database to WAL (persistent: later opens find it set).
+
+        Switching takes an exclusive lock, and SQLite answers "database is locked" at once,
+        without its busy handler, when another connection opens the fresh file at the same
+        moment (two kernels, or a server's threads, on a new home): retry until the timeout.
+        """
+        deadline = time.monotonic() + self.timeout
+        pause = 0.005
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
 
     @contextlib.contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
