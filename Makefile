@@ -7,7 +7,7 @@ DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
 DEMO_NAME := demo-$(shell date +%s)
 
-.PHONY: setup system-deps demo test lint typecheck unit bench clean
+.PHONY: setup system-deps demo test lint typecheck unit bench clean images screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,15 @@ unit: setup system-deps
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: system-deps lint typecheck unit
+
+# The CPU variants of docker/ (base, PyTorch, TensorFlow) with Podman, offline, on a
+# debootstrap Debian base (CONTAINER_ENGINE=docker for Docker); see docker/README.md.
+images: setup system-deps
+	$(BIN)/python -m tests.containers.images --all
+
+# docs/images/*.png from a real JupyterLab in Debian's chromium (the browser tests).
+screenshots: setup system-deps
+	WORKBENCH_UPDATE_IMAGES=1 $(BIN)/pytest -q -p no:cacheprovider tests/browser
 
 bench: setup
 	$(BIN)/python bench/bench_launch.py

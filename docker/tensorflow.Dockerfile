@@ -1,42 +1,52 @@
-# A workbench worker image for TensorFlow jobs (TF_CONFIG comes from workbench's contract).
+# The workbench TensorFlow image, CPU variant: catalogue `tensorflow:2.19-cpu`.
 #
-# Build from the repository root:
-#   docker build -f docker/tensorflow.Dockerfile -t localhost/workbench/tensorflow:2.19.0-gpu .
-#   docker build -f docker/tensorflow.Dockerfile \
-#     --build-arg BASE_IMAGE=docker.io/tensorflow/tensorflow:2.19.0 \
-#     -t localhost/workbench/tensorflow:2.19.0-cpu .
-ARG BASE_IMAGE=docker.io/tensorflow/tensorflow:2.19.0-gpu
-FROM ${BASE_IMAGE}
+# Build from the repository root (the context needs workbench's sources):
+#   podman build -f docker/tensorflow.Dockerfile -t localhost/workbench/tensorflow:2.19.0-cpu .
+# BASE defaults to the local Debian bookworm image that `make images` makes by debootstrap
+# (no registry needed); any Debian/Ubuntu image with Python 3.11 works. TF_CONFIG comes
+# from workbench's contract. The CUDA variant is tensorflow-cuda.Dockerfile.
+ARG BASE=localhost/debian-py:bookworm
+FROM ${BASE}
 
-# Extra pip options, e.g. "--no-index --no-build-isolation" for an offline build whose
-# docker/wheels/ holds every wheel needed (the tests build that way).
+ARG TENSORFLOW_VERSION=2.19.0
+ARG PYTHON_VERSION=3.11
+# Extra pip options, e.g. "--no-index" for an offline build whose
+# docker/wheels/ holds every wheel needed (`make images` builds that way).
 ARG PIP_OPTIONS=""
+# The image is the job's whole world, so installing into its system Python (PEP 668) is the point.
 ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    TF_CPP_MIN_LOG_LEVEL=1
 
-# Commands say `python`; some bases (Debian) only have python3.
-RUN command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python
+# Commands say `python`; Debian only has python3.
+RUN set -eux; \
+    command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python; \
+    python3 -c "import sys; v = '%d.%d' % sys.version_info[:2]; assert v == '${PYTHON_VERSION}', f'base has Python {v}, not ${PYTHON_VERSION}'"
 
-# Extra wheels first, in their own layer, so a rebuild after a workbench change is quick.
+# The framework first, in its own layer, so a rebuild after a workbench change is quick.
 COPY docker/wheels/ /tmp/workbench-wheels/
 RUN set -eux; \
-    wheels="$(find /tmp/workbench-wheels -name '*.whl')"; \
-    if [ -n "$wheels" ]; then \
-      python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels $wheels; \
-    fi; \
-    rm -rf /tmp/workbench-wheels
+    python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels "tensorflow-cpu==${TENSORFLOW_VERSION}"; \
+    python3 -c "import tensorflow as tf; assert tf.__version__ == '${TENSORFLOW_VERSION}', tf.__version__"
 
-# workbench itself goes in so `workbench.run` and the monitoring agent work inside jobs.
+# workbench itself, so `workbench.run` and the monitoring agent work inside jobs.
 COPY pyproject.toml README.md /tmp/workbench-src/
 COPY workbench/ /tmp/workbench-src/workbench/
 COPY jupyter-config/ /tmp/workbench-src/jupyter-config/
 RUN set -eux; \
-    python3 -m pip install $PIP_OPTIONS /tmp/workbench-src; \
-    python3 -c "import tensorflow as tf, workbench.run; print('tensorflow', tf.__version__)"; \
-    rm -rf /tmp/workbench-src
+    python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
+    python3 -c "import workbench.agent, workbench.run"; \
+    rm -rf /tmp/workbench-src /tmp/workbench-wheels
 
-# The container runtime wraps each rank in the monitoring agent when an image says it can.
-LABEL org.workbench.agent="python -m workbench.agent"
+COPY docker/workbench-entrypoint.sh /usr/local/bin/workbench-entrypoint
+RUN chmod 0755 /usr/local/bin/workbench-entrypoint
+# The local container runtime wraps each rank in the agent when an image says it can; the
+# entrypoint does it for everyone else (a cluster's pods, `docker run`).
+LABEL org.opencontainers.image.title="workbench tensorflow worker (CPU)" \
+      org.workbench.agent="python -m workbench.agent" \
+      org.workbench.tensorflow="${TENSORFLOW_VERSION}"
+ENTRYPOINT ["/usr/local/bin/workbench-entrypoint"]
+CMD ["python3"]
 WORKDIR /workspace
