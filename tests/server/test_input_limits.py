@@ -5,6 +5,7 @@ store holds a NaN."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import urllib.error
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from tornado.httpclient import HTTPClientError
 
 from tests.server.conftest import body
-from workbench.spec import JobRecord, JobStatus
+from workbench.spec import JobRecord, JobStatus, TrainSpec
 
 PROGRAM = ["no-such-program-wbfuzz", "train.py"]  # a spec that slips through stops at submit
 
@@ -183,31 +184,8 @@ values = st.recursive(
     ),
     max_leaves=6,
 )
-FIELDS = [
-    "command",
-    "name",
-    "image",
-    "workers",
-    "gpus",
-    "procs_per_worker",
-    "instance_spec",
-    "cpu",
-    "memory",
-    "framework",
-    "data",
-    "outputs",
-    "env",
-    "working_dir",
-    "max_retries",
-    "timeout",
-    "priority",
-    "queue",
-    "backend",
-    "nprocPerNode",
-    "retry",
-    "spec",
-    "workdir",
-]
+# Every field TrainSpec has (and its aliases), so a new field is fuzzed without a list to update.
+FIELDS = [f.name for f in dataclasses.fields(TrainSpec)] + sorted(TrainSpec.ALIASES)
 
 
 async def test_any_field_value_is_a_4xx_that_creates_nothing(
