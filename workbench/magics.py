@@ -153,7 +153,10 @@ class WorkbenchMagics(Magics):
         manager = default_manager()
         name = None
         if cell is not None:
-            name = cell_job_name(notebook_stem(self.shell.user_ns), self.shell.execution_count)
+            # The In [N] of this cell: its input is in the history before it runs (the
+            # execution_count already points past it in IPython 9).
+            number = len(self.shell.history_manager.input_hist_raw) - 1
+            name = cell_job_name(notebook_stem(self.shell.user_ns), number)
         spec, wait = parse_train(line, cell, manager.settings.home, default_name=name)
         try:
             record = manager.submit(spec)
