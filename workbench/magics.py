@@ -155,8 +155,9 @@ class WorkbenchMagics(Magics):
         if cell is not None:
             # The In [N] of this cell: its input is in the history before it runs (the
             # execution_count already points past it in IPython 9).
-            number = len(self.shell.history_manager.input_hist_raw) - 1
-            name = cell_job_name(notebook_stem(self.shell.user_ns), number)
+            shell: Any = self.shell
+            number = len(shell.history_manager.input_hist_raw) - 1
+            name = cell_job_name(notebook_stem(shell.user_ns), number)
         spec, wait = parse_train(line, cell, manager.settings.home, default_name=name)
         try:
             record = manager.submit(spec)

@@ -344,3 +344,30 @@ def test_ranks_failing_together_are_both_failed(
     assert record.status.value == "Failed"
     assert [(r.state.value, r.exit_code) for r in record.ranks] == [("Failed", 1), ("Failed", 1)]
     assert "0:Failed(1), 1:Failed(1)" in kernel.run("print(repr(job))").stdout
+
+
+def test_a_saved_notebook_shows_how_the_job_ended(
+    manager: JobManager, tmp_path: Path, kernel_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    for var, value in kernel_env.items():
+        monkeypatch.setenv(var, value)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("%load_ext workbench"),
+        nbformat.v4.new_code_cell(
+            "job = %gpu_train --name saved python -c 'import time; time.sleep(1)'\njob"
+        ),
+        nbformat.v4.new_code_cell(
+            "import time\njob.wait(timeout=60)\nwhile job._widget.polling: time.sleep(0.05)"
+        ),
+    ]
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    (shown,) = nb.cells[1].outputs
+    # The first snapshot said Pending/Running; the saved text is the end state, beside the widget.
+    assert shown["data"]["text/plain"].startswith("Job saved: Succeeded"), shown
+    assert "application/vnd.jupyter.widget-view+json" in shown["data"]
