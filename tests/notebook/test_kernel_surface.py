@@ -371,3 +371,31 @@ def test_a_saved_notebook_shows_how_the_job_ended(
     # The first snapshot said Pending/Running; the saved text is the end state, beside the widget.
     assert shown["data"]["text/plain"].startswith("Job saved: Succeeded"), shown
     assert "application/vnd.jupyter.widget-view+json" in shown["data"]
+
+
+def test_cell_scripts_written_at_once_by_many_writers_all_succeed(tmp_path: Path) -> None:
+    # The race test's kernels rarely collide in the few microseconds that matter; threads
+    # writing the same cells at once do (one shared .tmp per cell lost the rename before).
+    import threading
+
+    from workbench.magics import cell_script
+
+    errors: list[BaseException] = []
+    for i in range(100):
+        body = f"print({i})\n"
+        barrier = threading.Barrier(4)
+
+        def write(body: str = body, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            try:
+                assert cell_script(body, tmp_path).read_text() == body
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=write) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert not list((tmp_path / "cells").glob("*.tmp"))
