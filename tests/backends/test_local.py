@@ -273,7 +273,7 @@ def test_submit_errors(manager, tmp_path):
     submit(manager, ["python", "-c", "pass"], name="taken")
     with pytest.raises(SpecError, match="a job named 'taken' already exists"):
         submit(manager, ["python", "-c", "pass"], name="taken")
-    with pytest.raises(SpecError, match="script 'x.py' does not exist"):
+    with pytest.raises(SpecError, match=r"script 'x\.py' does not exist"):
         submit(manager, ["python", "x.py"], name="no-script")
     assert all(r.name != "no-script" for r in manager.list())  # nothing was created
     with pytest.raises(JobNotFoundError):
