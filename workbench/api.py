@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from .errors import WorkbenchError
 from .manager import JobManager
 from .spec import JobRecord, JobStatus, TrainSpec
 
@@ -50,16 +52,21 @@ class Job:
         self._record = self.manager.wait(self.name, timeout=timeout)
         return self._record
 
-    def logs(
-        self, rank: int | None = 0, follow: bool = False, tail: int | None = None
-    ) -> Iterator[str]:
-        """Lines of rank ``rank``'s output (every rank's with None); ``follow`` goes to the end."""
-        return self.manager.logs(self.name, rank=rank, follow=follow, tail=tail)
+    def logs(self, rank: int | None = 0, follow: bool = False, tail: int | None = None) -> LogLines:
+        """Lines of rank ``rank``'s output (every rank's with None); ``follow`` goes to the end.
+
+        Iterate it for the lines; a cell that ends with it shows them as text.
+        """
+        return LogLines(self.manager.logs(self.name, rank=rank, follow=follow, tail=tail))
 
     def cancel(self) -> JobRecord:
         """Stop every process of the job."""
         self._record = self.manager.cancel(self.name)
         return self._record
+
+    def delete(self) -> None:
+        """Forget the finished job and remove its files (cancel a running one first)."""
+        self.manager.delete(self.name)
 
     def rerun(self, name: str | None = None) -> Job:
         """Run the same spec and script snapshot again as a new job."""
@@ -71,7 +78,19 @@ class Job:
         return self.record.to_dict()
 
     def __repr__(self) -> str:
-        return describe(self._record or self.record)
+        # Fresh on every call: a handle printed after a cancel must not say Running.
+        try:
+            record = self.record
+        except WorkbenchError as e:  # deleted, or its backend is gone: say so, no traceback
+            return f"Job {self.name}: {e}"
+        return describe(record)
+
+    def _ipython_display_(self) -> None:
+        """Show the live widget under a display id, so its text form is updated when the job
+        ends (a saved notebook then reads Succeeded, not the first snapshot's Running)."""
+        from .widgets import show_job  # lazy: api.py must import without ipywidgets
+
+        show_job(self, describe(self.record))
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         """The live job widget in a Jupyter kernel; the text form in terminals and text outputs."""
@@ -84,6 +103,35 @@ class Job:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+class LogLines:
+    """A job's log lines: an iterator, which a notebook cell displays as text, not as an object."""
+
+    SHOWN = 200  # lines a cell shows; iterate for all of them
+
+    def __init__(self, lines: Iterator[str]) -> None:
+        self._lines = lines
+
+    def __iter__(self) -> Iterator[str]:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._lines)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """The last ``SHOWN`` lines as text, with a note when there were more."""
+        last: deque[str] = deque(maxlen=self.SHOWN)
+        count = 0
+        for line in self._lines:
+            last.append(line)
+            count += 1
+        if count > self.SHOWN:
+            p.text(
+                f"[{count - self.SHOWN} earlier lines not shown: iterate the logs, "
+                f"or pass tail=N]\n"
+            )
+        p.text("\n".join(last))
 
 
 def describe(r: JobRecord) -> str:

@@ -101,6 +101,10 @@ class JobManager:
         """Lines of one rank's output; every rank's, each prefixed ``[rank R] ``, with None."""
         return self._find(name).logs(name, rank=rank, follow=follow, tail=tail, stop=stop)
 
+    def log_tail(self, name: str, rank: int = 0, lines: int = 40) -> builtins.list[str]:
+        """The last ``lines`` displayed lines of one rank, at a bounded cost (live views)."""
+        return self._find(name).log_tail(name, rank, lines)
+
     def rerun(self, name: str, new_name: str | None = None) -> JobRecord:
         """Submit the exact spec and script snapshot of ``name`` again."""
         backend = self._find(name)

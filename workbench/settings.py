@@ -47,6 +47,9 @@ class Settings:
     catalog_file: Path | None = None
     # Seconds a rank gets between SIGTERM and SIGKILL when a gang is stopped.
     stop_grace: float = 10.0
+    # What one worker of a local job costs per hour on this host (the catalogue's prices
+    # are the cloud's); 0 by default: the user's own machine.
+    local_price_per_hour: float = 0.0
     # Extra credentials/options for data stores, keyed by scheme (read by workbench.data).
     storage: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -68,6 +71,8 @@ class Settings:
             values["catalog_file"] = env["WORKBENCH_CATALOG"]
         if env.get("WORKBENCH_STOP_GRACE"):
             values["stop_grace"] = env["WORKBENCH_STOP_GRACE"]
+        if env.get("WORKBENCH_LOCAL_PRICE"):
+            values["local_price_per_hour"] = env["WORKBENCH_LOCAL_PRICE"]
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls._coerce(values)
 
@@ -97,6 +102,17 @@ class Settings:
                     f"{values['stop_grace']!r} is not a number",
                     "give seconds, e.g. 10",
                 ) from None
+        if "local_price_per_hour" in values:
+            try:
+                out.local_price_per_hour = float(values["local_price_per_hour"])
+            except (TypeError, ValueError):
+                out.local_price_per_hour = -1.0
+            if not out.local_price_per_hour >= 0:  # also NaN
+                raise SpecError(
+                    "local_price_per_hour",
+                    f"{values['local_price_per_hour']!r} is not a price",
+                    "give dollars per worker-hour >= 0, e.g. 0.12 (WORKBENCH_LOCAL_PRICE)",
+                )
         if "storage" in values:
             if not isinstance(values["storage"], dict):
                 raise SpecError("config.storage", "must be a mapping of scheme to options")

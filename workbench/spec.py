@@ -558,6 +558,15 @@ class JobRecord:
         """Estimated cost so far: spec price x seconds x workers."""
         return self.price_per_hour / 3600.0 * self.elapsed(now) * self.workers
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        """IPython's display (``j.wait()`` in a cell): one short line, not every field."""
+        codes = [r.exit_code for r in self.ranks]
+        text = (
+            f"JobRecord(name={self.name!r}, status={self.status.value}, "
+            f"workers={self.workers}, elapsed={self.elapsed():.1f}s, exit_codes={codes}"
+        )
+        p.text(text + (f", message={self.message!r})" if self.message else ")"))
+
     def to_dict(self) -> dict[str, Any]:
         """The wire model (mirrored by labextension/src/models.ts)."""
         now = time.time()

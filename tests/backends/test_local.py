@@ -53,7 +53,7 @@ def test_two_worker_ddp_trains_and_ranks_agree(manager):
         digests.append(done_line.split("params ")[1])
     assert digests[0] == digests[1]  # identical parameters on both ranks
     assert done.started_at and done.finished_at and done.finished_at >= done.started_at
-    assert done.cost() > 0
+    assert done.cost() == 0  # a local job costs this host's configured price, $0 by default
 
 
 @pytest.mark.slow
@@ -268,11 +268,14 @@ def test_submit_errors(manager, tmp_path):
     with pytest.raises(SpecError, match="working_dir"):
         submit(manager, ["python", "x.py"], working_dir=str(tmp_path / "missing"))
     with pytest.raises(SubmitError) as e:
-        submit(manager, ["python", "x.py"], gpus=1)
+        submit(manager, ["python", "sleeper.py"], gpus=1)
     assert "no NVIDIA driver on this host" in str(e.value) and "--gpus 0" in str(e.value)
     submit(manager, ["python", "-c", "pass"], name="taken")
     with pytest.raises(SpecError, match="a job named 'taken' already exists"):
         submit(manager, ["python", "-c", "pass"], name="taken")
+    with pytest.raises(SpecError, match=r"script 'x\.py' does not exist"):
+        submit(manager, ["python", "x.py"], name="no-script")
+    assert all(r.name != "no-script" for r in manager.list())  # nothing was created
     with pytest.raises(JobNotFoundError):
         manager.get("ghost")
 

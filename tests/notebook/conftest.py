@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from ._kernel import Kernel
 
 SCALARS_SCRIPT = """
 import os, sys, time
@@ -37,3 +41,26 @@ def scripts(tmp_path: Path) -> Path:
     (folder / "scalars.py").write_text(textwrap.dedent(SCALARS_SCRIPT))
     (folder / "flaky.py").write_text(textwrap.dedent(FLAKY_SCRIPT))
     return folder
+
+
+@pytest.fixture
+def kernel_env(tmp_path: Path) -> dict[str, str]:
+    """Jupyter's and IPython's files for test kernels, kept out of $HOME."""
+    env = {}
+    for var in ("JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR"):
+        env[var] = str(tmp_path / var.lower())
+    return env
+
+
+@pytest.fixture
+def kernel(manager: Any, tmp_path: Path, kernel_env: dict[str, str]) -> Iterator[Kernel]:
+    """A real python3 kernel in a notebook folder (tmp_path/nb) with ``%load_ext workbench``."""
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    k = Kernel(folder, env=kernel_env)
+    try:
+        reply = k.run("%load_ext workbench")
+        assert reply.status == "ok", reply.text
+        yield k
+    finally:
+        k.stop()

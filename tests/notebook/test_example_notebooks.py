@@ -94,7 +94,7 @@ def test_the_example_notebooks_are_committed_without_outputs() -> None:
 def test_quickstart(manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran = run_notebook("01-quickstart.ipynb", tmp_path, monkeypatch)
     # The %%gpu_train cell shows the live widget (and the text form beside it).
-    (result,) = [o for o in ran.cell("%%gpu_train").outputs if o.output_type == "execute_result"]
+    (result,) = [o for o in ran.cell("%%gpu_train").outputs if o.output_type == "display_data"]
     assert WIDGET_VIEW in result.data and result.data["text/plain"].startswith("Job ")
     assert ran.widgets[result.data[WIDGET_VIEW]["model_id"]]["model_name"] == "VBoxModel"
     first, cancelled, rerun = sorted(manager.list(), key=lambda r: r.created_at)

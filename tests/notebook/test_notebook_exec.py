@@ -47,7 +47,7 @@ def test_example_notebook_runs_in_a_real_kernel(
 
     # The job cell shows the live widget, with the text form beside it for text-only viewers.
     job_cell = next(c for c in nb.cells if "%gpu_train --workers 2 --image" in c.source)
-    (result,) = [o for o in job_cell.outputs if o.output_type == "execute_result"]
+    (result,) = [o for o in job_cell.outputs if o.output_type == "display_data"]
     assert WIDGET_VIEW in result.data and result.data["text/plain"].startswith("Job ")
     model_id = result.data[WIDGET_VIEW]["model_id"]
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]

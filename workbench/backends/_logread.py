@@ -24,6 +24,9 @@ MAX_LINE = 64 * 1024
 BLOCK = 64 * 1024
 CHUNK = 256 * 1024
 CUT_MARK = " [workbench: line cut at 64 KiB]"
+# A live view's tail reads at most this much from the end of a log, whatever the file holds.
+VIEW_SCAN = 1024 * 1024
+HEAD_MARK = "\u2026 "  # a displayed line whose start lies before the bytes a view read
 
 
 def _text(data: bytes, cut: bool) -> str:
@@ -122,6 +125,50 @@ def tail_offset(f: BinaryIO, n: int) -> int:
         seen += count
         pos = lo
     return 0
+
+
+def tail_view(path: Path, n: int, max_bytes: int = VIEW_SCAN) -> list[str]:
+    """The last ``n`` displayed lines of a log, reading at most ``max_bytes`` from its end.
+
+    For a live view polled every second: a 20 MB progress bar rewritten with ``\r`` costs
+    the same as a short log. A line that started before those bytes shows its end after
+    ``HEAD_MARK``, unless a ``\r`` inside them tells what a terminal shows for it.
+    """
+    if n <= 0:
+        return []
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return []
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(0, size - max_bytes)
+        f.seek(start)
+        data = f.read(size - start)
+    idx = len(data) - data.endswith(b"\n")  # the final newline ends the last line
+    for _ in range(n):
+        idx = data.rfind(b"\n", 0, idx)
+        if idx < 0:
+            break
+    asm = LineAssembler()
+    if idx >= 0:
+        lines = asm.feed(data[idx + 1 :])
+    else:
+        head_end = data.find(b"\n")
+        head = data if head_end < 0 else data[:head_end]
+        visible = len(head.rstrip(b"\r"))
+        lines = asm.feed(data)
+        if start > 0 and head.rfind(b"\r", 0, visible) < 0 and visible:
+            # The bytes read begin inside a line and no '\r' says where its shown text
+            # starts: mark it as the end of a longer line.
+            if head_end >= 0 and lines:
+                lines[0] = HEAD_MARK + lines[0]
+            elif head_end < 0 and asm.buf:
+                asm.buf[:0] = HEAD_MARK.encode()
+    last = asm.flush()
+    if last is not None:
+        lines.append(last)
+    return lines[-n:]
 
 
 class RankReader:

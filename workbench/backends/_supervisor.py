@@ -445,6 +445,13 @@ class Supervisor:
     def stop_all(self, why: str) -> None:
         """SIGTERM every rank's process group, SIGKILL what is left after the grace period."""
         groups = [w.pgid for w in self.workers if w.pgid]
+        # A rank that already ended with an error (ranks failing together) failed by itself:
+        # record it as Failed, not as Stopped by us, before anything is signalled.
+        for w in self.workers:
+            codes = [] if w.done else [p.poll() for p in w.procs]
+            code = next((c for c in codes if c), None)
+            if code:
+                self._rank_done(w, RankState.FAILED, code)
         for w in self.workers:
             if not w.done:
                 killpg(w.pgid, signal.SIGTERM)

@@ -72,6 +72,13 @@ class Backend(ABC):
         the reader checks at least once per block it reads.
         """
 
+    def log_tail(self, name: str, rank: int, lines: int) -> builtins.list[str]:
+        """The last ``lines`` displayed lines of one rank, at a bounded cost (live views).
+
+        Backends that can read a log from its end override this; the default takes the tail.
+        """
+        return builtins.list(self.logs(name, rank=rank, tail=lines))
+
     @abstractmethod
     def delete(self, name: str) -> None:
         """Forget a finished job and its files."""

@@ -34,11 +34,34 @@ from ..store import JobStore
 from . import _placement
 from ._diskspace import mount_point
 from ._jobfiles import JobFiles
-from ._logread import read_logs
+from ._logread import read_logs, tail_view
 from ._processes import kill_job_processes, same_process
 from .base import Backend
 
 ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
+# Interpreter options that take no value; -W and -X take one; -m, -c and - run no file.
+_PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
+_SH_FLAGS = {"-e", "-x", "-u", "-v", "-eu", "-ex", "-eux", "-o"}
+
+
+def _script_arg(command: list[str]) -> str | None:
+    """The script file a ``python``/``bash`` command runs, or None (``-m``, ``-c``, other)."""
+    prog = Path(command[0]).name
+    if prog.startswith("python"):
+        flags, valued = _PY_FLAGS, {"-W", "-X"}
+    elif prog in ("bash", "sh"):
+        flags, valued = _SH_FLAGS - {"-o"}, {"-o"}
+    else:
+        return None
+    args = iter(command[1:])
+    for arg in args:
+        if arg in flags:
+            continue
+        if arg in valued:
+            next(args, None)
+            continue
+        return None if arg.startswith("-") else arg
+    return None
 
 
 class LocalBackend(Backend):
@@ -88,7 +111,6 @@ class LocalBackend(Backend):
             if src.resolve().is_relative_to(jobs_root):
                 spec.command[i] = str(dst)
         safe = spec.redacted()
-        offer = self.catalog.spec(spec.instance_spec or "")
         record = JobRecord(
             name=spec.name,
             status=JobStatus.PENDING,
@@ -96,7 +118,8 @@ class LocalBackend(Backend):
             spec=safe.to_dict(),
             image=spec.image_ref(self.catalog),
             runtime="process" if plan is None else "container",
-            price_per_hour=offer.price_per_hour,
+            # This host's price, as configured (0 by default): the catalogue's are the cloud's.
+            price_per_hour=self.settings.local_price_per_hour,
             job_dir=str(files.dir),
             events=[
                 JobEvent(
@@ -216,6 +239,18 @@ class LocalBackend(Backend):
                 f"{prog!r} is not on PATH",
                 "install it or give the full path, e.g. python train.py",
             )
+        script = _script_arg(spec.command)
+        if script is not None:
+            target = Path(script) if Path(script).is_absolute() else Path(spec.working_dir or ".")
+            if not Path(script).is_absolute():
+                target = target / script
+            if not target.is_file():
+                # Caught here, not as the job's exit 2 ("can't open file") a moment later.
+                raise SpecError(
+                    "command",
+                    f"script {script!r} does not exist in {spec.working_dir}",
+                    "check the name, or pass --workdir with the folder that holds it",
+                )
 
     def _check_gpus(self, spec: TrainSpec) -> None:
         if spec.gpus <= 0:
@@ -428,6 +463,15 @@ class LocalBackend(Backend):
             stop=stop,
             prefix=rank is None,
         )
+
+    def log_tail(self, name: str, rank: int, lines: int) -> builtins.list[str]:
+        """The last ``lines`` displayed lines of ``rank``, reading at most 1 MiB of its log."""
+        record = self.get(name)
+        if not 0 <= rank < record.workers:
+            raise SpecError(
+                "rank", f"job {name!r} has ranks 0..{record.workers - 1}", f"got {rank}"
+            )
+        return tail_view(JobFiles(Path(record.job_dir or "")).log_path(rank), lines)
 
     # ---- hosts --------------------------------------------------------------------------
     def nodes(self) -> builtins.list[dict[str, Any]]:

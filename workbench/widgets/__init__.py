@@ -9,8 +9,9 @@ if TYPE_CHECKING:
     from ..api import Job
     from .job import JobWidget
 
-__all__ = ["JobWidget", "job_mimebundle", "widget_frontend"]
+__all__ = ["JobWidget", "job_mimebundle", "show_job", "widget_frontend"]
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 INSTALL_HINT = "the live job view needs ipywidgets: pip install 'jupyter-gpu-workbench[notebook]'"
 
 
@@ -46,3 +47,16 @@ def job_mimebundle(job: Job, text: str) -> dict[str, Any]:
     bundle: dict[str, Any] = dict(widget._repr_mimebundle_() or {})
     bundle["text/plain"] = text
     return bundle
+
+
+def show_job(job: Job, text: str) -> None:
+    """Display a Job in IPython: the live widget under a display id that the widget updates
+    when the job ends, so the text a saved notebook keeps is the final state."""
+    from IPython.display import display
+
+    bundle = job_mimebundle(job, text)
+    if WIDGET_VIEW not in bundle:
+        display(bundle, raw=True)
+        return
+    handle = display(bundle, raw=True, display_id=True)
+    job._widget.track_display(handle)  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ lines, ``max_points`` points per scalar series.
 from __future__ import annotations
 
 import os
-from collections import deque
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ MAX_POINTS = 200
 # shows a sample of a flood rather than the kernel reading all of it.
 MAX_BACKLOG = 4 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
+# Terminal control sequences (colours, cursor moves, titles): the HTML view strips them.
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
 class JsonlFollower:
@@ -128,10 +130,13 @@ class JobFeed:
     def _log_tail(self, record: JobRecord) -> list[str]:
         if self.rank >= record.workers:
             self.rank = 0
-        lines: deque[str] = deque(maxlen=self.log_lines)
-        for line in self.manager.logs(self.name, rank=self.rank, tail=self.log_lines):
+        # What a terminal shows (the newest state of a '\r' progress bar), read from the end
+        # at a bounded cost however large the log; colour codes are stripped for HTML.
+        lines = []
+        for raw in self.manager.log_tail(self.name, rank=self.rank, lines=self.log_lines):
+            line = ANSI.sub("", raw) if "\x1b" in raw else raw
             lines.append(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …")
-        return list(lines)
+        return lines
 
     def _read_metrics(self, job_dir: Path) -> None:
         folder = metrics_dir(job_dir)

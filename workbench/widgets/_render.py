@@ -151,12 +151,34 @@ def gpu_html(gpus: list[dict[str, Any]], note: str | None) -> str:
     return "GPUs: " + SEP.join(cells)
 
 
-def chart_svg(series: dict[str, Series]) -> str:
-    """One small line chart per scalar (own scale each, step axis below), as inline SVG."""
+PREFERRED = ("loss", "acc", "lr")  # drawn by default when a job logs them
+
+
+def default_series(names: list[str]) -> list[str]:
+    """The series drawn until the user picks: loss/acc/lr (any rank), else the first ones."""
+    base = [n for n in names if n.split("[", 1)[0] in PREFERRED]
+    return (base or names)[:CHARTS_SHOWN]
+
+
+def chart_svg(series: dict[str, Series], chosen: list[str] | None = None) -> str:
+    """One small line chart per chosen scalar (own scale each, step axis below), as inline
+    SVG, and a note saying how many series are not drawn."""
     if not series:
         return f'<div style="{MUTED};{BLOCK}">no scalars yet (report them with workbench.run.log)</div>'
-    panels = [_panel(s) for s in list(series.values())[:CHARTS_SHOWN]]
-    return f'<div style="display:flex;flex-wrap:wrap;gap:10px;{BLOCK}">{"".join(panels)}</div>'
+    names = [
+        n for n in (chosen if chosen is not None else default_series(list(series))) if n in series
+    ]
+    panels = [_panel(series[n]) for n in names]
+    hidden = len(series) - len(names)
+    note = (
+        f'<div data-hidden-series="{hidden}" style="{MUTED};width:100%">{hidden} more '
+        f"series not drawn: pick them in the series list</div>"
+        if hidden
+        else ""
+    )
+    return (
+        f'<div style="display:flex;flex-wrap:wrap;gap:10px;{BLOCK}">{"".join(panels)}{note}</div>'
+    )
 
 
 def nice_ticks(lo: float, hi: float, count: int) -> list[float]:

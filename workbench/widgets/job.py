@@ -16,10 +16,10 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..api import Job
+from ..api import Job, describe
 from ..errors import WorkbenchError
 from ._feed import LOG_LINES, JobFeed
-from ._render import chart_svg, log_html, status_html
+from ._render import chart_svg, default_series, log_html, status_html
 
 MIN_INTERVAL = 0.2
 
@@ -38,6 +38,8 @@ class JobWidget(w.VBox):
         self._wake = threading.Event()
         self._lock = threading.RLock()  # one refresh at a time; re-entered via the rank picker
         self._thread: threading.Thread | None = None
+        self._displays: list[Any] = []  # IPython DisplayHandles showing this widget
+        self._displays_final = False
 
         self.status = w.HTML()
         self.progress = w.IntProgress(
@@ -45,12 +47,19 @@ class JobWidget(w.VBox):
             layout=w.Layout(width="100%", max_width="640px"),
         )  # fmt: skip
         self.chart = w.HTML()
+        # Which scalars to draw: loss/acc/lr (or the first ones) until the user picks.
+        self.series_picker = w.SelectMultiple(
+            options=[], rows=4, description="series", layout=w.Layout(width="320px")
+        )
+        self.chosen: list[str] | None = None
+        self._picking = False  # set while the code, not the user, changes the picker
         self.rank_picker = w.Dropdown(description="log of", options=[("rank 0", 0)], value=0)
         self.cancel_button = w.Button(description="Cancel", button_style="danger", icon="stop")
         self.logs = w.HTML()
         self.rank_picker.observe(self._on_rank, names="value")
+        self.series_picker.observe(self._on_series, names="value")
         self.cancel_button.on_click(self._on_cancel)
-        controls = w.HBox([self.rank_picker, self.cancel_button])
+        controls = w.HBox([self.rank_picker, self.series_picker, self.cancel_button])
         super().__init__([self.status, self.progress, self.chart, controls, self.logs], **kwargs)
 
         self.refresh()  # right values before the first paint
@@ -95,16 +104,38 @@ class JobWidget(w.VBox):
                     self.progress.bar_style = _bar_style(record.status.value)
             elif record.status.terminal:
                 self.progress.bar_style = _bar_style(record.status.value)
-            self.chart.value = chart_svg(self.feed.series)
+            self._sync_series_picker()
+            self.chart.value = chart_svg(self.feed.series, self.chosen)
             options = [(f"rank {i}", i) for i in range(record.workers)]
             if list(self.rank_picker.options) != options:
                 self.rank_picker.options = options
             self.logs.value = log_html(self.feed.log, self.feed.rank)
             if record.status.terminal:
+                self._finalise_displays(record)
                 # Nothing left to cancel, and the header's badge says how it ended: a
                 # disabled button naming the status read as a (red) control.
                 self.cancel_button.disabled = True
                 self.cancel_button.layout.display = "none"
+
+    def track_display(self, handle: Any) -> None:
+        """Update ``handle``'s text form when the job ends (at once if it has ended)."""
+        with self._lock:
+            self._displays.append(handle)
+            if self.finished and self.feed.record is not None:
+                self._displays_final = False
+                self._finalise_displays(self.feed.record)
+
+    def _finalise_displays(self, record: Any) -> None:
+        # The displayed output's text/plain is what a saved notebook shows on GitHub or
+        # nbviewer: replace the first snapshot ("Running") with how the job ended.
+        if self._displays_final or not self._displays:
+            return
+        self._displays_final = True
+        bundle = dict(self._repr_mimebundle_() or {})
+        bundle["text/plain"] = describe(record)
+        for handle in self._displays:
+            with contextlib.suppress(Exception):  # a closed frontend must not kill the view
+                handle.update(bundle, raw=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -126,6 +157,30 @@ class JobWidget(w.VBox):
             self._wake.set()
         else:
             self.refresh()
+
+    def _sync_series_picker(self) -> None:
+        names = sorted(self.feed.series)
+        shown = self.chosen if self.chosen is not None else default_series(list(self.feed.series))
+        self._picking = True
+        try:
+            with self.series_picker.hold_sync():
+                if list(self.series_picker.options) != names:
+                    self.series_picker.options = names
+                if set(self.series_picker.value) != set(shown):
+                    self.series_picker.value = tuple(shown)
+        finally:
+            self._picking = False
+
+    def _on_series(self, change: dict[str, Any]) -> None:
+        if self._picking:
+            return
+        self.chosen = list(change["new"])
+        with self._lock:
+            self.chart.value = chart_svg(self.feed.series, self.chosen)
+
+    def show_series(self, names: list[str]) -> None:
+        """Draw these scalars (as picking them in the series list does)."""
+        self.series_picker.value = tuple(n for n in names if n in self.series_picker.options)
 
     def _on_cancel(self, _button: Any) -> None:
         self.cancel_button.disabled = True
@@ -156,6 +211,7 @@ class JobWidget(w.VBox):
             self.progress,
             self.chart,
             self.rank_picker,
+            self.series_picker,
             self.cancel_button,
             self.logs,
         ):
