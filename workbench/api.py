@@ -12,15 +12,14 @@ from .errors import WorkbenchError
 from .manager import JobManager
 from .spec import JobRecord, JobStatus, TrainSpec
 
-_managers: dict[tuple[str, ...], JobManager] = {}
+_managers: dict[tuple[tuple[str, str], ...], JobManager] = {}
 
 
 def default_manager() -> JobManager:
     """The process-wide manager for the current WORKBENCH_* environment."""
-    key = tuple(
-        os.environ.get(k, "")
-        for k in ("WORKBENCH_HOME", "WORKBENCH_BACKEND", "WORKBENCH_CATALOG", "WORKBENCH_CONFIG")
-    )
+    # Every WORKBENCH_* setting is part of the key: a notebook that sets one (a home, a
+    # backend, this host's price) gets a manager that honours it.
+    key = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("WORKBENCH_")))
     if key not in _managers:
         _managers[key] = JobManager()
     return _managers[key]
