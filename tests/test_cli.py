@@ -199,3 +199,14 @@ def test_json_output_stays_strict_json_with_a_stored_nan(capsys, manager):
         data = strict(out)
         job = data[0] if isinstance(data, list) else data
         assert job["spec"]["cpu"] is None and job["spec"]["gpus"] is None
+
+
+def test_list_status_filter_names_the_valid_states(capsys, manager):
+    code, out, err = cli(capsys, "list", "--status", "Bogus")
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "error: status: unknown status 'Bogus' "
+        "(use one of Pending, Running, Succeeded, Failed, Cancelled)"
+    )
+    code, out, _ = cli(capsys, "list", "--status", "running,PENDING")
+    assert code == 0 and out.startswith("No jobs")

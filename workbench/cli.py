@@ -13,6 +13,7 @@ from typing import Any
 from .backends.base import split_rank_prefix
 from .errors import SpecError, WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
+from .spec import parse_statuses
 from .wirejson import dumps_strict
 
 
@@ -168,7 +169,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
             return _wait(m, record.name, ns.fmt, ns.follow_logs)
         return 0
     if verb in ("list", "ls"):
-        records = m.list(status=ns.status)
+        records = m.list(status=parse_statuses(ns.status or []))
         if ns.fmt == "json":
             _print_json([r.to_dict() for r in records])
         else:

@@ -84,6 +84,29 @@ class JobStatus(str, enum.Enum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
+def parse_statuses(values: list[str]) -> list[str] | None:
+    """Job states from filters like ``["running", "Pending,Failed"]`` (any case); None for all.
+
+    One rule for the CLI, the REST API and the magics: an unknown state is a SpecError that
+    names the valid ones, never an empty list.
+    """
+    out: list[str] = []
+    known = {s.value.lower(): s.value for s in JobStatus}
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if part.lower() not in known:
+                raise SpecError(
+                    "status",
+                    f"unknown status {show(part)}",
+                    f"use one of {', '.join(known.values())}",
+                )
+            out.append(known[part.lower()])
+    return out or None
+
+
 class RankState(str, enum.Enum):
     """The life of one worker (rank) within the current attempt."""
 

@@ -40,7 +40,7 @@ from ..errors import (
     WorkbenchError,
 )
 from ..manager import JobManager
-from ..spec import JobRecord, JobStatus, TrainSpec
+from ..spec import JobRecord, TrainSpec, parse_statuses
 from ..wirejson import dumps_strict
 from ._gpu import GpuMonitor
 from ._logstream import LineFeed, start_reader
@@ -227,22 +227,6 @@ class WorkbenchHandler(ExtensionHandlerMixin, APIHandler):
         return url_path_join(self.base_url, "workbench/api/jobs", quote(name, safe=""))
 
 
-def _statuses(values: list[str]) -> list[str] | None:
-    out: list[str] = []
-    known = {s.value.lower(): s.value for s in JobStatus}
-    for value in values:
-        for part in value.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if part.lower() not in known:
-                raise SpecError(
-                    "status", f"unknown status {part!r}", f"use one of {', '.join(known.values())}"
-                )
-            out.append(known[part.lower()])
-    return out or None
-
-
 class JobsHandler(WorkbenchHandler):
     """GET the job list (filtered, paginated); POST a TrainSpec to submit."""
 
@@ -250,7 +234,7 @@ class JobsHandler(WorkbenchHandler):
     @authorized
     async def get(self) -> None:
         """Jobs, newest first: ?status=Running&status=Pending&backend=local&limit=&offset=."""
-        status = _statuses(self.get_arguments("status"))
+        status = parse_statuses(self.get_arguments("status"))
         backend = self.get_argument("backend", None) or None
         limit = self.int_arg("limit", 100, 1, MAX_PAGE) or 100
         offset = self.int_arg("offset", 0, 0) or 0
