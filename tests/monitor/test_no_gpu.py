@@ -73,8 +73,8 @@ def test_the_agent_runs_the_job_and_reports_why(no_driver):
 
 
 def test_the_gpu_monitor_widget_says_why(no_driver):
-    from workbench import monitor
+    from workbench.widgets import show_gpus
 
-    w = monitor.show()
+    w = show_gpus()
     assert PLAIN in w.header.value and w.cards == {}
     w.close()
