@@ -31,7 +31,7 @@ LIVE_KEYS = ("utilization", "memory_used", "temperature")
 
 def job_metrics(job_dir: str | Path) -> list[dict[str, Any]]:
     """A job's recorded GPU samples (JOB_DIR/metrics/gpu.jsonl), oldest first."""
-    from ..metrics import GPU_FILE, metrics_dir, read_jsonl
+    from .metrics import GPU_FILE, metrics_dir, read_jsonl
 
     return read_jsonl(metrics_dir(job_dir) / GPU_FILE)
 

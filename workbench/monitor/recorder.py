@@ -18,7 +18,7 @@ import psutil
 from ..journal import JobJournal
 from ..spec import JobEvent
 from .alerts import Alert
-from ..metrics import GPU_FILE, metrics_dir
+from .metrics import GPU_FILE, metrics_dir
 from .sampler import GpuSample, HostSampler, MonitorState
 
 # Beyond this size the older half of gpu.jsonl is thinned to every other sample.

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..manager import JobManager
-from ..metrics import GPU_FILE, metrics_dir, parse_records
+from ..monitor.metrics import GPU_FILE, metrics_dir, parse_records
 from ..spec import JobRecord
 
 LOG_LINES = 40
