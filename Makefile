@@ -35,6 +35,8 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check workbench tests bench
 	$(BIN)/ruff format --check workbench tests bench
+	# The layer contracts of ARCHITECTURE.md ([tool.importlinter] in pyproject.toml).
+	$(BIN)/lint-imports --no-cache
 
 typecheck: setup
 	$(BIN)/mypy

@@ -38,7 +38,7 @@ COPY workbench/ /tmp/workbench-src/workbench/
 COPY jupyter-config/ /tmp/workbench-src/jupyter-config/
 RUN set -eux; \
     python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
-    python3 -c "import workbench.agent, workbench.run"; \
+    python3 -c "import workbench.monitor.agent, workbench.run"; \
     rm -rf /tmp/workbench-src /tmp/workbench-wheels
 
 COPY docker/workbench-entrypoint.sh /usr/local/bin/workbench-entrypoint
@@ -46,7 +46,7 @@ RUN chmod 0755 /usr/local/bin/workbench-entrypoint
 # The local container runtime wraps each rank in the agent when an image says it can; the
 # entrypoint does it for everyone else (a cluster's pods, `docker run`).
 LABEL org.opencontainers.image.title="workbench base" \
-      org.workbench.agent="python -m workbench.agent" \
+      org.workbench.agent="python -m workbench.monitor.agent" \
       org.workbench.python="${PYTHON_VERSION}"
 ENTRYPOINT ["/usr/local/bin/workbench-entrypoint"]
 CMD ["python3"]

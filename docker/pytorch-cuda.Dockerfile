@@ -29,13 +29,13 @@ COPY jupyter-config/ /tmp/workbench-src/jupyter-config/
 RUN set -eux; \
     python -c "import torch; v = torch.__version__.split('+')[0]; assert v == '${PYTORCH_VERSION}', v; assert torch.version.cuda.startswith('${CUDA_VERSION}'), torch.version.cuda"; \
     python -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
-    python -c "import torch, workbench.agent, workbench.run; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
+    python -c "import torch, workbench.monitor.agent, workbench.run; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
     rm -rf /tmp/workbench-src /tmp/workbench-wheels
 
 COPY docker/workbench-entrypoint.sh /usr/local/bin/workbench-entrypoint
 RUN chmod 0755 /usr/local/bin/workbench-entrypoint
 LABEL org.opencontainers.image.title="workbench pytorch worker (CUDA)" \
-      org.workbench.agent="python -m workbench.agent" \
+      org.workbench.agent="python -m workbench.monitor.agent" \
       org.workbench.pytorch="${PYTORCH_VERSION}" \
       org.workbench.cuda="${CUDA_VERSION}"
 ENTRYPOINT ["/usr/local/bin/workbench-entrypoint"]

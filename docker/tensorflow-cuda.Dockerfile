@@ -25,13 +25,13 @@ RUN set -eux; \
     command -v python >/dev/null || ln -s "$(command -v python3)" /usr/local/bin/python; \
     python3 -c "import tensorflow as tf; assert tf.__version__ == '${TENSORFLOW_VERSION}', tf.__version__"; \
     python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
-    python3 -c "import workbench.agent, workbench.run"; \
+    python3 -c "import workbench.monitor.agent, workbench.run"; \
     rm -rf /tmp/workbench-src /tmp/workbench-wheels
 
 COPY docker/workbench-entrypoint.sh /usr/local/bin/workbench-entrypoint
 RUN chmod 0755 /usr/local/bin/workbench-entrypoint
 LABEL org.opencontainers.image.title="workbench tensorflow worker (CUDA)" \
-      org.workbench.agent="python -m workbench.agent" \
+      org.workbench.agent="python -m workbench.monitor.agent" \
       org.workbench.tensorflow="${TENSORFLOW_VERSION}"
 ENTRYPOINT ["/usr/local/bin/workbench-entrypoint"]
 CMD ["python3"]

@@ -17,9 +17,12 @@ if [ "${WORKBENCH_AGENT:-1}" = "0" ] || [ -t 0 ]; then
 fi
 case "$1" in
     python|python3|*/python|*/python3)
-        if [ "${2:-}" = "-m" ] && [ "${3:-}" = "workbench.agent" ]; then
-            exec "$@"
+        # workbench.agent: the agent's path in images labelled before it moved to monitor/.
+        if [ "${2:-}" = "-m" ]; then
+            case "${3:-}" in
+                workbench.monitor.agent|workbench.agent) exec "$@" ;;
+            esac
         fi
         ;;
 esac
-exec python3 -m workbench.agent -- "$@"
+exec python3 -m workbench.monitor.agent -- "$@"

@@ -26,7 +26,7 @@ DOCKER = ROOT / "docker"
 CATALOG = yaml.safe_load((ROOT / "workbench" / "catalog.yaml").read_text())["images"]
 BUILDS = images.catalogue_builds()
 ENTRYPOINT = "/usr/local/bin/workbench-entrypoint"
-AGENT = "python -m workbench.agent"
+AGENT = "python -m workbench.monitor.agent"
 # The build arg that carries each framework's version, and the Python package it checks.
 VERSION_ARGS = {
     "pytorch": "PYTORCH_VERSION",
@@ -141,7 +141,9 @@ def test_every_image_installs_workbench_and_the_agent_as_entrypoint(dockerfile: 
     assert "workbench/ /tmp/workbench-src/workbench/" in instructions(parser, "COPY")
     runs = " ".join(instructions(parser, "RUN"))
     assert "pip install $PIP_OPTIONS" in runs and "/tmp/workbench-src" in runs
-    assert "import" in runs and "workbench.agent" in runs  # the build fails without the agent
+    assert (
+        "import" in runs and "workbench.monitor.agent" in runs
+    )  # the build fails without the agent
 
 
 def test_images_without_a_dockerfile_say_bring_your_own() -> None:

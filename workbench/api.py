@@ -11,6 +11,18 @@ from typing import Any
 from .errors import WorkbenchError
 from .manager import JobManager
 from .spec import JobRecord, JobStatus, TrainSpec
+from .tables import describe, format_duration
+
+__all__ = [
+    "Job",
+    "LogLines",
+    "default_manager",
+    "describe",
+    "format_duration",
+    "get",
+    "jobs",
+    "submit",
+]
 
 _managers: dict[tuple[tuple[str, str], ...], JobManager] = {}
 
@@ -131,33 +143,6 @@ class LogLines:
                 f"or pass tail=N]\n"
             )
         p.text("\n".join(last))
-
-
-def describe(r: JobRecord) -> str:
-    """A short human text form of a job, for terminals and plain-text outputs."""
-    ranks = ", ".join(
-        f"{x.rank}:{x.state.value}" + (f"({x.exit_code})" if x.exit_code not in (None, 0) else "")
-        for x in r.ranks
-    )
-    line = (
-        f"Job {r.name}: {r.status.value} | {r.workers} worker(s) | attempt {r.attempt} | "
-        f"{format_duration(r.elapsed())} | ${r.cost():.4f}"
-    )
-    if ranks:
-        line += f" | ranks {ranks}"
-    if r.message:
-        line += f"\n  {r.message}"
-    return line
-
-
-def format_duration(seconds: float) -> str:
-    """1h02m, 3m04s, 12s."""
-    s = int(seconds)
-    if s >= 3600:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    if s >= 60:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s}s"
 
 
 def submit(

@@ -14,6 +14,7 @@ from .backends.base import split_rank_prefix
 from .errors import SpecError, WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
 from .spec import parse_statuses
+from .tables import describe, format_duration, jobs_table, table, top_text
 from .wirejson import dumps_strict
 
 
@@ -173,7 +174,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         if ns.fmt == "json":
             _print_json([r.to_dict() for r in records])
         else:
-            print(_jobs_table(records, wide=ns.fmt == "wide"))
+            print(jobs_table(records, wide=ns.fmt == "wide"))
         return 0
     if verb == "get":
         record = m.get(ns.name)
@@ -223,11 +224,11 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
             if ns.fmt == "json":
                 _print_json([r.to_dict() for r in records])
             else:
-                print(_jobs_table(records, wide=True))
+                print(jobs_table(records, wide=True))
         elif ns.fmt == "json":
             _print_json(nodes)
         else:
-            print(_top_text(nodes))
+            print(top_text(nodes))
         return 0
     if verb == "images":
         images = m.catalog.images
@@ -249,7 +250,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
                 for n, i in images.items()
                 for t, ref in i.tags.items()
             ]
-            print(_table(("IMAGE", "FRAMEWORK", "REFERENCE"), rows))
+            print(table(("IMAGE", "FRAMEWORK", "REFERENCE"), rows))
         return 0
     if verb == "specs":
         specs = m.catalog.specs
@@ -267,7 +268,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
                 )
                 for s in specs.values()
             ]
-            print(_table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), spec_rows))
+            print(table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), spec_rows))
         return 0
     raise AssertionError(verb)  # argparse limits the verbs
 
@@ -280,8 +281,6 @@ def _wait(m: Any, name: str, fmt: str, follow_logs: bool) -> int:
     if fmt == "json":
         _print_json(record.to_dict())
     else:
-        from .api import describe
-
         print(describe(record))
     return 0 if record.status.value == "Succeeded" else 1
 
@@ -296,50 +295,11 @@ def _print_json(data: Any) -> None:
     print(dumps_strict(data, indent=2, default=str))
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-    lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=False)).rstrip()
-        for r in [headers, *rows]
-    ]
-    return "\n".join(lines)
-
-
-def _age(ts: float) -> str:
-    from .api import format_duration
-
-    return format_duration(time.time() - ts)
-
-
-def _jobs_table(records: list[Any], wide: bool = False) -> str:
-    if not records:
-        return "No jobs. Submit one with `workbench submit -- python train.py`."
-    headers: tuple[str, ...] = ("NAME", "STATUS", "WORKERS", "GPUS", "AGE", "COST")
-    if wide:
-        headers += ("ATTEMPT", "BACKEND", "MESSAGE")
-    rows = []
-    for r in records:
-        row: tuple[str, ...] = (
-            r.name,
-            r.status.value,
-            str(r.workers),
-            f"{r.gpus_total:g}",
-            _age(r.created_at),
-            f"${r.cost():.4f}",
-        )
-        if wide:
-            row += (str(r.attempt), r.backend, r.message[:60])
-        rows.append(row)
-    return _table(headers, rows)
-
-
 def _ts(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
 def _describe(r: Any) -> str:
-    from .api import format_duration
-
     s = r.spec
     lines = [
         f"Name:       {r.name}",
@@ -393,9 +353,7 @@ def _describe(r: Any) -> str:
             )
         lines += [
             "  " + ln
-            for ln in _table(
-                ("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows
-            ).splitlines()
+            for ln in table(("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows).splitlines()
         ]
     if r.events:
         lines.append("Events:")
@@ -403,55 +361,8 @@ def _describe(r: Any) -> str:
             (time.strftime("%H:%M:%S", time.localtime(e.time)), e.reason, e.message)
             for e in r.events
         ]
-        lines += [
-            "  " + ln for ln in _table(("TIME", "REASON", "MESSAGE"), event_rows).splitlines()
-        ]
+        lines += ["  " + ln for ln in table(("TIME", "REASON", "MESSAGE"), event_rows).splitlines()]
     return "\n".join(lines)
-
-
-def _top_text(nodes: list[dict[str, Any]]) -> str:
-    out = []
-    for n in nodes:
-        out.append(
-            f"Host {n['name']} ({n['backend']}): {n['cpu_count']} vCPU, "
-            f"{n['memory_total'] / 2**30:.1f} GiB memory"
-        )
-        if n["gpu_reason"]:
-            out.append(f"  GPUs: none - {n['gpu_reason']}")
-        else:
-            rows = []
-            for g in n["gpus"]:
-                holders = ", ".join(f"{h['job']}/{h['rank']}" for h in g["holders"]) or "-"
-                rows.append(
-                    (
-                        str(g["index"]),
-                        g["name"],
-                        f"{g['memory_total'] / 2**30:.0f} GiB",
-                        *_gpu_figures(g),
-                        f"{g['allocated']:g}",
-                        holders,
-                    )
-                )
-            out += ["  " + ln for ln in _table(TOP_GPU_COLUMNS, rows).splitlines()]
-        jobs = n["active_jobs"]
-        out.append(
-            f"  Active jobs: {len(jobs)}"
-            + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else "")
-        )
-    return "\n".join(out)
-
-
-TOP_GPU_COLUMNS = ("GPU", "NAME", "MEMORY", "UTIL", "MEM USED", "TEMP", "ALLOCATED", "JOBS")
-
-
-def _gpu_figures(g: dict[str, Any]) -> tuple[str, str, str]:
-    """Live utilisation, memory used and temperature of one GPU for `top` ("-" if unknown)."""
-    util, used, temp = g.get("utilization"), g.get("memory_used"), g.get("temperature")
-    return (
-        "-" if util is None else f"{util:.0f}%",
-        "-" if used is None else f"{used / 2**30:.1f} GiB",
-        "-" if temp is None else f"{temp:.0f} C",
-    )
 
 
 if __name__ == "__main__":

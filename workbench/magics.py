@@ -26,6 +26,7 @@ from .api import Job, default_manager
 from .errors import WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
 from .spec import JobStatus, TrainSpec
+from .tables import jobs_table, top_text
 
 LOG_TAIL = 200  # lines %gpu_logs prints without --tail: a cell (and a browser) stays responsive
 STATES = [s.value for s in JobStatus]
@@ -187,14 +188,13 @@ class WorkbenchMagics(Magics):
         )
         p.add_argument("--wide", action="store_true", help="attempt, backend and message too")
         ns = p.parse_args(_split(line, "gpu_jobs"))
-        from .cli import _jobs_table  # one table format for CLI and notebook
 
         records = default_manager().list(status=ns.status)
         if not records:
             where = f" in status {' or '.join(ns.status)}" if ns.status else ""
             print(f"No jobs{where}. Submit one with %gpu_train train.py, or a %%gpu_train cell.")
             return
-        print(_jobs_table(records, wide=ns.wide))
+        print(jobs_table(records, wide=ns.wide))
 
     @line_magic
     def gpu_logs(self, line: str) -> None:
@@ -289,22 +289,21 @@ class WorkbenchMagics(Magics):
         p = _MagicParser(prog="gpu_top", description="GPUs and their allocation.")
         p.add_argument("what", nargs="?", choices=["node", "job"], default="node")
         ns = p.parse_args(_split(line, "gpu_top"))
-        from .cli import _jobs_table, _top_text
 
         m = default_manager()
         if ns.what == "job":
-            print(_jobs_table(m.list(status=["Pending", "Running"]), wide=True))
+            print(jobs_table(m.list(status=["Pending", "Running"]), wide=True))
         else:
-            print(_top_text(m.nodes()))
+            print(top_text(m.nodes()))
 
     @line_magic
     def gpu_monitor(self, line: str = "") -> Any:
         """A live card per GPU of this host (gauges, history, alerts), or why there is none."""
         p = _MagicParser(prog="gpu_monitor", description="Watch this host's GPUs.")
         p.parse_args(_split(line, "gpu_monitor"))
-        from . import monitor
+        from .widgets import show_gpus
 
-        return monitor.show()
+        return show_gpus()
 
 
 def _state(text: str) -> str:

@@ -139,7 +139,7 @@ class JobManager:
         self, name: str, limit: int | None = None
     ) -> dict[str, builtins.list[dict[str, Any]]]:
         """Training scalars and GPU samples the job has reported so far."""
-        from .metrics import read_job_metrics
+        from .monitor.metrics import read_job_metrics
 
         record = self.get(name)
         if not record.job_dir:

@@ -2,7 +2,7 @@
 
 Outside a workbench job (no WORKBENCH_JOB_DIR) every call is a no-op, so a script runs
 unchanged anywhere. Inside one, records go to JOB_DIR/metrics/scalars-rank{N}.jsonl (the
-format ``workbench.metrics`` reads): one JSON object per line,
+format ``workbench.monitor.metrics`` reads): one JSON object per line,
 ``{"time", "rank", "step", "total", <scalars>}``.
 
 Cost: a call compares a clock and swaps one tuple. Each rank keeps the latest record per

@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import EXAMPLE, job_processes, wait_for
 from workbench.backends import _container_engine as engine_mod
 from workbench.errors import BackendUnavailableError, SpecError, SubmitError
-from workbench.metrics import read_jsonl
+from workbench.monitor.metrics import read_jsonl
 from workbench.spec import JobStatus, RankState, TrainSpec
 
 IMAGE = "pytorch:2.13-cpu"

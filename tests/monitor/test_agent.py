@@ -10,7 +10,7 @@ import time
 from workbench.monitor import METRIC_PREFIX, format_metric_line, split_metric_lines
 from workbench.monitor.stream import filter_metric_lines
 
-AGENT = [sys.executable, "-m", "workbench.agent"]
+AGENT = [sys.executable, "-m", "workbench.monitor.agent"]
 
 
 def agent(args, env=None, timeout=30):
@@ -30,6 +30,18 @@ def test_exit_code_and_output_are_forwarded():
     user, _ = split_metric_lines(p.stdout.splitlines())
     assert user == ["hello"]
     assert p.stderr.strip() == "err"  # the child's stderr is its own, untouched
+
+
+def test_the_old_module_path_still_runs_the_agent():
+    # Images labelled org.workbench.agent="python -m workbench.agent" (before the agent moved
+    # to workbench.monitor) run that label as each rank's command.
+    p = subprocess.run(
+        [sys.executable, "-m", "workbench.agent", "--", sys.executable, "-c", "raise SystemExit(4)"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert p.returncode == 4, p.stderr
+    _, records = split_metric_lines(p.stdout.splitlines())
+    assert [r["kind"] for r in records] == ["monitor"]  # it ran under the agent
 
 
 def test_a_missing_program_is_said_plainly():

@@ -64,7 +64,7 @@ def test_a_sample_of_every_gpu_is_cheap():
 
 def test_the_agent_reports_the_visible_gpu():
     p = subprocess.run(
-        [sys.executable, "-m", "workbench.agent", "--interval", "0.2", "--emit-interval", "0.2", "--",
+        [sys.executable, "-m", "workbench.monitor.agent", "--interval", "0.2", "--emit-interval", "0.2", "--",
          sys.executable, "-c", "import time; time.sleep(1); print('done')"],
         capture_output=True, text=True, timeout=60, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": "0"},
     )  # fmt: skip

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workbench import monitor
 from workbench.monitor.sampler import HostSampler
+from workbench.widgets import show_gpus
 
 
 def test_cards_follow_samples_and_alerts(install_fake, clock):
@@ -15,7 +15,7 @@ def test_cards_follow_samples_and_alerts(install_fake, clock):
     ]})  # fmt: skip
     sampler = HostSampler(clock=clock)
     sampler.sample()
-    w = monitor.show(sampler)
+    w = show_gpus(sampler)
     card = w.cards[0]
     assert card.util.value == 20 and card.memory.value == 50 and card.temperature.value == 60
     assert "A100 &lt;80GB&gt;" in card.title.value  # names are escaped
@@ -39,6 +39,6 @@ def test_the_widget_says_why_there_is_nothing(install_fake, clock):
     install_fake({"init_error": "DriverNotLoaded"})
     sampler = HostSampler(clock=clock)
     sampler.start()
-    w = monitor.show(sampler)
+    w = show_gpus(sampler)
     assert "the NVIDIA driver is installed but not loaded" in w.header.value and w.cards == {}
     w.close()

@@ -62,7 +62,7 @@ def test_a_gpu_job_is_refused_with_the_reason(manager):
 
 def test_the_agent_runs_the_job_and_reports_why(no_driver):
     p = subprocess.run(
-        [sys.executable, "-m", "workbench.agent", "--", sys.executable, "-c", "print('trained')"],
+        [sys.executable, "-m", "workbench.monitor.agent", "--", sys.executable, "-c", "print('trained')"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert p.returncode == 0
@@ -73,8 +73,8 @@ def test_the_agent_runs_the_job_and_reports_why(no_driver):
 
 
 def test_the_gpu_monitor_widget_says_why(no_driver):
-    from workbench import monitor
+    from workbench.widgets import show_gpus
 
-    w = monitor.show()
+    w = show_gpus()
     assert PLAIN in w.header.value and w.cards == {}
     w.close()

@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from workbench.metrics import read_job_metrics
+from workbench.monitor.metrics import read_job_metrics
 
 
 def _run(code: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

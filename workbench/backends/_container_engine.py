@@ -25,7 +25,7 @@ BACKEND = "local"
 RUNTIMES = ("auto", "process", "container")
 PLAN_FILE = "container.json"
 LABEL_JOB = "workbench.job"
-# An image with this label runs `python -m workbench.agent -- CMD` (our Dockerfiles set it).
+# An image with this label runs `python -m workbench.monitor.agent -- CMD` (our Dockerfiles set it).
 AGENT_LABEL = "org.workbench.agent"
 LABEL_RANK = "workbench.rank"
 LABEL_ATTEMPT = "workbench.attempt"

@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import contract
 from ..data.staging import MOUNTS_ENV
-from ..metrics import metrics_dir
+from ..monitor.metrics import metrics_dir
 from ..monitor.stream import MetricByteSplitter
 from ..spec import TrainSpec
 from ._container_engine import (

@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
@@ -35,6 +36,7 @@ from . import _container_engine as _container
 from . import _placement
 from ._diskspace import DiskFull, is_disk_full, low_space, mount_point, reserve_space
 from ._jobfiles import JobFiles
+from ._journal import StoreJournal
 from ._processes import (
     become_subreaper,
     describe_exit,
@@ -46,6 +48,10 @@ from ._processes import (
     killpg,
     process_ctime,
 )
+
+if TYPE_CHECKING:  # both load lazily: a supervisor without mounts or GPUs skips them
+    from ..data.staging import JobData
+    from ..monitor.recorder import JobGpuRecorder
 
 _DONE = {JobStatus.SUCCEEDED: "every rank exited with code 0"}
 
@@ -85,6 +91,11 @@ class Supervisor:
         self._watchdog: threading.Timer | None = None
         self.workers: list[Worker] = []
         self.gpu_alloc: list[list[int]] = [[] for _ in range(self.spec.workers)]
+        # What staging and the GPU recorder may touch: this job's message, events, rank pids.
+        self.journal = StoreJournal(self.store, name)
+        self.data: JobData | None = None  # set once staging begins (outputs upload at the end)
+        self.data_env: dict[str, str] = {}
+        self.gpu_recorder: JobGpuRecorder | None = None
         self.deadline: float | None = None
         self.selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
@@ -148,7 +159,7 @@ class Supervisor:
         with contextlib.suppress(Exception):
             from ..monitor.recorder import stop_job_recorder
 
-            stop_job_recorder(self)
+            stop_job_recorder(self.gpu_recorder)
         with contextlib.suppress(OSError):
             print(f"[workbench] {msg}", flush=True)
         self.store.finish_if_active(
@@ -164,9 +175,13 @@ class Supervisor:
         self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
         try:
             self._check_cancel()
-            from ..data.staging import stage_job
+            from ..data.staging import JobData, stage_job, store_active
 
-            stage_job(self)  # prefetch object-store data, bind local paths (issue 5)
+            # prefetch object-store data, bind local paths (issue 5)
+            self.data = JobData(
+                self.spec, self.files.dir, self.home, active=store_active(self.store)
+            )
+            self.data_env = stage_job(self.data, self.journal, self._check_cancel)
             self.place()
             outcome = self.run_attempts()
         except LaunchFailed as e:
@@ -202,10 +217,13 @@ class Supervisor:
         if self.runtime == "container":
             _container.supervisor_cleanup(self)
         # Outputs land before the status does, so a waiter finds them in place.
-        status, message, reason, level = upload_job_outputs(self, status, message, reason, level)
+        status, message, reason, level = upload_job_outputs(
+            self.data, self.journal, status, message, reason, level
+        )
         from ..monitor.recorder import stop_job_recorder
 
-        stop_job_recorder(self)  # the last GPU sample and alert events land before the end
+        # The last GPU sample and alert events land before the end.
+        stop_job_recorder(self.gpu_recorder)
         self.store.update(
             self.name,
             status=status,
@@ -271,7 +289,8 @@ class Supervisor:
         """Run the gang, restarting it while retries remain."""
         from ..monitor.recorder import start_job_recorder
 
-        self.gpu_recorder = start_job_recorder(self)  # GPU samples + alerts while it holds GPUs
+        # GPU samples + alerts while it holds GPUs
+        self.gpu_recorder = start_job_recorder(self.journal, self.files.dir, self.gpu_alloc)
         while True:
             failure = self.run_attempt()
             if failure is None:
@@ -324,7 +343,7 @@ class Supervisor:
             Path(hostfile).write_text(contract.mpi_hostfile(world))
         base = os.environ.copy()
         base.update(spec.env)
-        base.update(getattr(self, "data_env", {}))  # WORKBENCH_MOUNTS from staging
+        base.update(self.data_env)  # WORKBENCH_MOUNTS from staging
         bindir = os.path.dirname(sys.executable)
         base["PATH"] = bindir + os.pathsep + base.get("PATH", "")
         base["PYTHONUNBUFFERED"] = "1"

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import MountError, SpecError
+from ..journal import JobJournal
 from ..settings import Settings
-from ..spec import Mount, TrainSpec
+from ..spec import JobEvent, JobStatus, Mount, TrainSpec
 from .cache import ObjectCache, Progress, default_cache_dir
 from .urls import Store, describe_error, open_store, parse_url, redact, redact_url
 
@@ -318,54 +319,49 @@ def upload_tree(store: Store, local: Path, report: Callable[[str], None] = lambd
     return len(pairs), total
 
 
-# ---- the local supervisor's two calls -------------------------------------------------------
-def stage_job(sup: Any) -> None:
-    """Stage a Pending job's mounts (progress in its message column and events).
+# ---- what a backend calls around a job ------------------------------------------------------
+def stage_job(data: JobData, journal: JobJournal, check: Callable[[], None]) -> dict[str, str]:
+    """Stage a Pending job's mounts (progress in its message and events); the ranks' env.
 
-    Sets ``sup.data`` (for the output upload) and ``sup.data_env`` (merged into every rank's
-    env). Raises MountError (redacted) when staging fails, and lets a cancel through.
+    The env (WORKBENCH_MOUNTS) is merged into every rank's. Raises MountError (redacted)
+    when staging fails, and lets ``check``'s cancel through.
     """
-    from ..spec import JobEvent
-
-    sup.data = JobData(sup.spec, sup.files.dir, sup.home, active=store_active(sup.store))
-    sup.data_env = {}
-    if not sup.spec.data and not sup.spec.outputs:
-        return
+    spec = data.spec
+    if not spec.data and not spec.outputs:
+        return {}
     last = [""]
 
     def report(line: str) -> None:
         if line != last[0]:
             last[0] = line
-            sup.store.update(sup.name, message=line)
+            journal.set_message(line)
 
-    sup.store.add_event(sup.name, JobEvent(time.time(), "Staging", f"staging {len(sup.spec.data)} "
-                                           f"mount(s), {len(sup.spec.outputs)} output(s)"))  # fmt: skip
-    summaries = sup.data.stage(report, sup._check_cancel)
-    for line in summaries:
-        sup.store.add_event(sup.name, JobEvent(time.time(), "Staged", line))
-    sup.store.update(sup.name, message="")
-    sup.data_env = dict(sup.data.env)
+    journal.add_event(JobEvent(time.time(), "Staging", f"staging {len(spec.data)} mount(s), "
+                               f"{len(spec.outputs)} output(s)"))  # fmt: skip
+    for line in data.stage(report, check):
+        journal.add_event(JobEvent(time.time(), "Staged", line))
+    journal.set_message("")
+    return dict(data.env)
 
 
 def upload_job_outputs(
-    sup: Any, status: Any, message: str, reason: str, level: str
-) -> tuple[Any, str, str, str]:
+    data: JobData | None, journal: JobJournal, status: JobStatus, message: str, reason: str,
+    level: str,
+) -> tuple[JobStatus, str, str, str]:  # fmt: skip
     """Upload a finishing job's outputs (any end: success, failure, cancel) before its status.
 
-    A failed upload turns a success into a failure saying where the files stay.
+    ``data`` is None when the job ended before staging began. A failed upload turns a
+    success into a failure saying where the files stay.
     """
-    from ..spec import JobEvent, JobStatus
-
-    data = getattr(sup, "data", None)
-    if data is None or not sup.spec.outputs:
+    if data is None or not data.spec.outputs:
         return status, message, reason, level
     try:
-        sup.store.update(sup.name, message="uploading outputs")
-        for line in data.upload_outputs(lambda line: sup.store.update(sup.name, message=line)):
-            sup.store.add_event(sup.name, JobEvent(time.time(), "OutputsUploaded", line))
+        journal.set_message("uploading outputs")
+        for line in data.upload_outputs(journal.set_message):
+            journal.add_event(JobEvent(time.time(), "OutputsUploaded", line))
     except Exception as e:  # never lose the job's end: record why, keep the files
         text = str(e) if isinstance(e, MountError) else f"output upload failed: {type(e).__name__}"
-        sup.store.add_event(sup.name, JobEvent(time.time(), "OutputUploadFailed", text, "error"))
+        journal.add_event(JobEvent(time.time(), "OutputUploadFailed", text, "error"))
         if status is JobStatus.SUCCEEDED:
             return JobStatus.FAILED, text, "OutputUploadFailed", "error"
         return status, f"{message}; {text}" if message else text, reason, level

@@ -23,7 +23,6 @@ __all__ = [
     "gpu_inventory",
     "job_metrics",
     "live_figures",
-    "show",
     "split_metric_lines",
 ]
 
@@ -32,7 +31,7 @@ LIVE_KEYS = ("utilization", "memory_used", "temperature")
 
 def job_metrics(job_dir: str | Path) -> list[dict[str, Any]]:
     """A job's recorded GPU samples (JOB_DIR/metrics/gpu.jsonl), oldest first."""
-    from ..metrics import GPU_FILE, metrics_dir, read_jsonl
+    from .metrics import GPU_FILE, metrics_dir, read_jsonl
 
     return read_jsonl(metrics_dir(job_dir) / GPU_FILE)
 
@@ -40,14 +39,3 @@ def job_metrics(job_dir: str | Path) -> list[dict[str, Any]]:
 def live_figures() -> dict[int, dict[str, Any]]:
     """Per GPU index the latest utilisation, memory used and temperature ({} when none)."""
     return {s.index: {k: getattr(s, k) for k in LIVE_KEYS} for s in get_host_sampler().latest()}
-
-
-def show(sampler: HostSampler | None = None) -> Any:
-    """A notebook widget with a card per GPU (gauges, history, alerts); needs ipywidgets."""
-    try:
-        from ..widgets.gpu_monitor import GpuMonitorWidget
-    except ImportError:
-        raise ImportError(
-            "the GPU monitor widget needs ipywidgets: pip install 'jupyter-gpu-workbench[notebook]'"
-        ) from None
-    return GpuMonitorWidget(sampler or get_host_sampler())

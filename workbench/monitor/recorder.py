@@ -12,13 +12,13 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from ..metrics import GPU_FILE, metrics_dir
+from ..journal import JobJournal
 from ..spec import JobEvent
 from .alerts import Alert
+from .metrics import GPU_FILE, metrics_dir
 from .sampler import GpuSample, HostSampler, MonitorState
 
 # Beyond this size the older half of gpu.jsonl is thinned to every other sample.
@@ -35,9 +35,8 @@ def _env_float(name: str, default: float) -> float:
 class JobGpuRecorder:
     """Samples a job's GPUs into its folder and turns alerts into job events."""
 
-    def __init__(self, store: Any, name: str, job_dir: Path, gpu_alloc: list[list[int]]) -> None:
-        self.store = store
-        self.name = name
+    def __init__(self, journal: JobJournal, job_dir: Path, gpu_alloc: list[list[int]]) -> None:
+        self.journal = journal
         self.path = metrics_dir(job_dir) / GPU_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.ranks_of: dict[int, list[int]] = {}
@@ -54,6 +53,7 @@ class JobGpuRecorder:
         self._last_write = 0.0
         self._rank_pids: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._stopped = False
 
     def start(self) -> bool:
         """Begin sampling; False (and a job event saying why) when monitoring is off."""
@@ -62,12 +62,15 @@ class JobGpuRecorder:
         self.sampler.start()
         if self.sampler.state is not MonitorState.OK:
             msg = f"GPU metrics are off for this job: {self.sampler.reason}"
-            self.store.add_event(self.name, JobEvent(time.time(), "GpuMonitorOff", msg, "warning"))
+            self.journal.add_event(JobEvent(time.time(), "GpuMonitorOff", msg, "warning"))
             return False
         return True
 
     def stop(self) -> None:
-        """Stop sampling and write one last sample so the file ends at the job's end."""
+        """Stop sampling and write one last sample so the file ends at the job's end (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.sampler.stop()
         latest = self.sampler.latest()
         if latest:
@@ -101,10 +104,9 @@ class JobGpuRecorder:
     def _current_rank_pids(self) -> dict[int, int]:
         """Lead pid of each running rank (a rank restarts with a new pid on a retry)."""
         try:
-            rows = self.store.rank_rows(self.name)
+            self._rank_pids = self.journal.rank_pids()
         except Exception:  # the store is busy or gone: keep the last known pids
-            return self._rank_pids
-        self._rank_pids = {r["pid"]: r["rank"] for r in rows if r.get("pid")}
+            pass
         return self._rank_pids
 
     def _on_alert(self, alert: Alert) -> None:
@@ -114,7 +116,7 @@ class JobGpuRecorder:
             ev = JobEvent(
                 alert.cleared, f"GpuAlertCleared:{alert.kind}", f"cleared: {alert.message}"
             )
-        self.store.add_event(self.name, ev)
+        self.journal.add_event(ev)
 
 
 def _rank_of(pid: int, rank_pids: dict[int, int]) -> int | None:
@@ -150,19 +152,17 @@ def _thin(path: Path) -> None:
     os.replace(tmp, path)
 
 
-def start_job_recorder(supervisor: Any) -> JobGpuRecorder | None:
-    """Called by the local supervisor once the job holds GPUs; None for CPU jobs."""
-    if supervisor.spec.gpus <= 0 or not any(supervisor.gpu_alloc):
+def start_job_recorder(
+    journal: JobJournal, job_dir: Path, gpu_alloc: list[list[int]]
+) -> JobGpuRecorder | None:
+    """Record a job that holds GPUs (``gpu_alloc``: indices per rank); None for CPU jobs."""
+    if not any(gpu_alloc):
         return None
-    recorder = JobGpuRecorder(
-        supervisor.store, supervisor.name, supervisor.files.dir, supervisor.gpu_alloc
-    )
+    recorder = JobGpuRecorder(journal, job_dir, gpu_alloc)
     return recorder if recorder.start() else None
 
 
-def stop_job_recorder(supervisor: Any) -> None:
-    """Called by the local supervisor as the job ends; safe when no recorder runs."""
-    recorder = getattr(supervisor, "gpu_recorder", None)
+def stop_job_recorder(recorder: JobGpuRecorder | None) -> None:
+    """Stop a recorder as its job ends; safe when none runs or it already stopped."""
     if recorder is not None:
-        supervisor.gpu_recorder = None
         recorder.stop()

@@ -6,13 +6,17 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..api import Job
+    from ..monitor import HostSampler
+    from ._feed import JobHandle as Job  # a handle with .name and .manager (api.Job is one)
     from .job import JobWidget
 
-__all__ = ["JobWidget", "job_mimebundle", "show_job", "widget_frontend"]
+__all__ = ["JobWidget", "job_mimebundle", "show_gpus", "show_job", "widget_frontend"]
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 INSTALL_HINT = "the live job view needs ipywidgets: pip install 'jupyter-gpu-workbench[notebook]'"
+GPU_INSTALL_HINT = (
+    "the GPU monitor widget needs ipywidgets: pip install 'jupyter-gpu-workbench[notebook]'"
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -60,3 +64,14 @@ def show_job(job: Job, text: str) -> None:
         return
     handle = display(bundle, raw=True, display_id=True)
     job._widget.track_display(handle)  # type: ignore[attr-defined]
+
+
+def show_gpus(sampler: HostSampler | None = None) -> Any:
+    """A card per GPU of this host (gauges, history, alerts): what ``%gpu_monitor`` shows."""
+    try:
+        from .gpu_monitor import GpuMonitorWidget
+    except ImportError:
+        raise ImportError(GPU_INSTALL_HINT) from None
+    from ..monitor import get_host_sampler
+
+    return GpuMonitorWidget(sampler or get_host_sampler())

@@ -12,10 +12,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..manager import JobManager
-from ..metrics import GPU_FILE, metrics_dir, parse_records
+from ..monitor.metrics import GPU_FILE, metrics_dir, parse_records
 from ..spec import JobRecord
 
 LOG_LINES = 40
@@ -25,6 +25,15 @@ MAX_POINTS = 200
 # shows a sample of a flood rather than the kernel reading all of it.
 MAX_BACKLOG = 4 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
+
+
+class JobHandle(Protocol):
+    """What a job view needs of a job handle (``workbench.api.Job`` is one)."""
+
+    name: str
+    manager: JobManager
+
+
 # Terminal control sequences (colours, cursor moves, titles): the HTML view strips them.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 

@@ -12,8 +12,8 @@ import math
 import time
 from typing import Any
 
-from ..api import format_duration
 from ..spec import JobRecord
+from ..tables import format_duration
 from ._feed import Progress, Series
 
 STATUS_COLOURS = {

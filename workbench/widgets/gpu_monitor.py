@@ -1,4 +1,4 @@
-"""The GPU monitor widget (``workbench.monitor.show()``): a card per GPU with gauges, a
+"""The GPU monitor widget (``workbench.widgets.show_gpus()``): a card per GPU with gauges, a
 history chart and active alerts, updated live by the host sampler it subscribes to."""
 
 from __future__ import annotations
@@ -145,5 +145,5 @@ def alerts_html(active: list[Alert]) -> str:
 
 
 def show(sampler: HostSampler) -> Any:
-    """The widget for ``sampler`` (what ``workbench.monitor.show()`` returns)."""
+    """The widget for ``sampler`` (what ``workbench.widgets.show_gpus()`` returns)."""
     return GpuMonitorWidget(sampler)

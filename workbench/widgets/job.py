@@ -16,9 +16,9 @@ from typing import Any
 
 import ipywidgets as w
 
-from ..api import Job, describe
 from ..errors import WorkbenchError
-from ._feed import LOG_LINES, JobFeed
+from ..tables import describe
+from ._feed import LOG_LINES, JobFeed, JobHandle
 from ._render import chart_svg, default_series, log_html, status_html
 
 MIN_INTERVAL = 0.2
@@ -28,7 +28,7 @@ class JobWidget(w.VBox):
     """A live view of one job that updates while the user works in other cells."""
 
     def __init__(
-        self, job: Job, interval: float = 1.0, log_lines: int = LOG_LINES, **kwargs: Any
+        self, job: JobHandle, interval: float = 1.0, log_lines: int = LOG_LINES, **kwargs: Any
     ) -> None:
         self.job = job
         self.interval = max(MIN_INTERVAL, interval)
@@ -189,7 +189,7 @@ class JobWidget(w.VBox):
         def cancel() -> None:
             # Off the kernel's main thread: cancel waits for the processes to go.
             with contextlib.suppress(WorkbenchError):
-                self.job.cancel()
+                self.job.manager.cancel(self.job.name)
             if self.polling:
                 self._wake.set()
             else:
