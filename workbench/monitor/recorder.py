@@ -104,7 +104,7 @@ class JobGpuRecorder:
             rows = self.store.rank_rows(self.name)
         except Exception:  # the store is busy or gone: keep the last known pids
             return self._rank_pids
-        self._rank_pids = {r["pid"]: r["rank"] for r in rows if r.get("pid")}
+        self._rank_pids = {r["details"]["pid"]: r["rank"] for r in rows if r["details"].get("pid")}
         return self._rank_pids
 
     def _on_alert(self, alert: Alert) -> None:
