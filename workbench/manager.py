@@ -85,6 +85,11 @@ class JobManager:
     ) -> tuple[builtins.list[JobRecord], int]:
         """One page of jobs of every backend (or one), newest first, and how many match in
         all: the store pages and counts across backends; nothing else is read."""
+        known = backend_names()
+        if backend is not None and backend not in known:
+            raise SpecError(
+                "backend", f"unknown backend {backend!r}", f"use one of {', '.join(known)}"
+            )
         self.reconcile()
         return (
             self.store.list(status=status, backend=backend, limit=limit, offset=offset),

@@ -307,7 +307,8 @@ class JobStore:
     @_translated
     def active_rows(self, backend: str | None = None) -> list[dict[str, Any]]:
         """Raw rows (``details`` decoded) of jobs not yet finished, of one backend or all."""
-        q, args = "SELECT * FROM jobs WHERE status IN (?, ?)", ACTIVE
+        q = "SELECT * FROM jobs WHERE status IN (?, ?)"
+        args: tuple[str, ...] = ACTIVE
         if backend is not None:
             q, args = q + " AND backend=?", (*ACTIVE, backend)
         return [_decoded(r) for r in self._conn().execute(q, args).fetchall()]
@@ -385,23 +386,23 @@ class JobStore:
             details = json.loads(r["details"])
             jobs.append(
                 JobRecord(
-                name=r["name"],
-                status=JobStatus(r["status"]),
-                backend=r["backend"],
-                spec=json.loads(r["spec_json"]),
-                image=r["image"],
-                runtime=r["runtime"],
-                created_at=r["created_at"],
-                started_at=r["started_at"],
-                finished_at=r["finished_at"],
-                attempt=r["attempt"],
-                message=r["message"],
-                price_per_hour=r["price_per_hour"],
-                job_dir=details.get("job_dir"),  # legacy wire field, until the wire reshape
-                details=details,
-                ranks=ranks[r["name"]],
-                events=events[r["name"]],
-            )
+                    name=r["name"],
+                    status=JobStatus(r["status"]),
+                    backend=r["backend"],
+                    spec=json.loads(r["spec_json"]),
+                    image=r["image"],
+                    runtime=r["runtime"],
+                    created_at=r["created_at"],
+                    started_at=r["started_at"],
+                    finished_at=r["finished_at"],
+                    attempt=r["attempt"],
+                    message=r["message"],
+                    price_per_hour=r["price_per_hour"],
+                    job_dir=details.get("job_dir"),  # legacy wire field, until the wire reshape
+                    details=details,
+                    ranks=ranks[r["name"]],
+                    events=events[r["name"]],
+                )
             )
         return jobs
 
@@ -430,7 +431,9 @@ class JobStore:
             else:
                 cols.setdefault("state", RankState.PENDING.value)
                 if details:
-                    cols["details"] = json.dumps({k: v for k, v in details.items() if v is not None})
+                    cols["details"] = json.dumps(
+                        {k: v for k, v in details.items() if v is not None}
+                    )
                 keys = ["job", "rank", *cols]
                 db.execute(
                     f"INSERT INTO ranks ({','.join(keys)}) VALUES ({','.join('?' * len(keys))})",
@@ -486,9 +489,7 @@ def _decoded(row: sqlite3.Row) -> dict[str, Any]:
     return d
 
 
-def _filters(
-    status: builtins.list[str] | None, backend: str | None
-) -> tuple[str, tuple[Any, ...]]:
+def _filters(status: builtins.list[str] | None, backend: str | None) -> tuple[str, tuple[Any, ...]]:
     where: builtins.list[str] = []
     args: builtins.list[Any] = []
     if status:
