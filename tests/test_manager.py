@@ -1,8 +1,20 @@
-"""JobManager without HTTP: paging and counts come from the store, not from loading all."""
+"""JobManager without HTTP: paging and counts come from the store, not from loading all;
+every lookup routes by the row's backend column."""
 
 from __future__ import annotations
 
-from workbench.spec import JobRecord, JobStatus
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.backends.ledger_backend import LedgerBackend
+from workbench.backends import register_backend, unregister_backend
+from workbench.errors import JobNotFoundError, SpecError
+from workbench.manager import JobManager
+from workbench.spec import JobRecord, JobStatus, TrainSpec
 
 
 def test_page_and_counts(manager):
@@ -26,12 +38,6 @@ def test_page_and_counts(manager):
 
 
 # ---- routing by the store's backend column (a second, real backend registered) ----------
-import pytest  # noqa: E402
-
-from tests.backends.ledger_backend import LedgerBackend  # noqa: E402
-from workbench.backends import register_backend, unregister_backend  # noqa: E402
-from workbench.errors import JobNotFoundError, SpecError  # noqa: E402
-from workbench.spec import TrainSpec  # noqa: E402
 
 
 @pytest.fixture
@@ -108,8 +114,6 @@ def test_paging_and_counts_across_two_backends(manager, ledger):
 
 
 def test_a_job_on_another_backend_is_seen_by_a_fresh_manager(manager, ledger):
-    from workbench.manager import JobManager
-
     _ledger_job(manager, "shared")
     other = JobManager(manager.settings)  # another process's manager on the same home
     assert other.store is not manager.store
@@ -124,3 +128,24 @@ def test_unknown_backend_is_a_spec_error_listing_the_known_ones(manager, ledger)
     assert "local" in str(e.value) and "ledger" in str(e.value)
     with pytest.raises(SpecError, match="use one of local, ledger"):
         manager.backend("nope")
+
+
+def test_another_process_without_the_backend_still_sees_its_jobs(manager, ledger):
+    """A CLI process where the ledger backend is not installed lists and shows its job from
+    the one store; acting on it says which backend is missing."""
+    _ledger_job(manager, "elsewhere")
+    exe = str(Path(sys.executable).parent / "workbench")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60)
+
+    out = cli("list", "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert [(j["name"], j["backend"]) for j in json.loads(out.stdout)] == [("elsewhere", "ledger")]
+    out = cli("get", "elsewhere", "-o", "json")
+    assert out.returncode == 0 and json.loads(out.stdout)["details"] == {
+        "object": "ledger/elsewhere"
+    }
+    out = cli("cancel", "elsewhere")
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "'ledger'" in out.stderr and "not installed here" in out.stderr

@@ -53,7 +53,14 @@ class JobManager:
         backend = self.store.backend_of(name)
         if backend is None:
             raise JobNotFoundError(self.settings.backend, name)
-        return self.backend(backend)
+        try:
+            return self.backend(backend)
+        except SpecError:  # stored by a process that had a backend this one lacks
+            raise BackendUnavailableError(
+                backend,
+                f"job {name!r} runs on backend {backend!r}, which is not installed here",
+                f"install the package that provides the {backend!r} backend",
+            ) from None
 
     def _active_backends(self) -> builtins.list[Backend]:
         """Backends with a job still active in the store, loaded when first needed. One that
@@ -67,8 +74,16 @@ class JobManager:
         return found
 
     def get(self, name: str) -> JobRecord:
-        """The current record of job ``name``."""
-        return self._find(name).get(name)
+        """The current record of job ``name`` (as stored, when its backend is not installed
+        in this process: reading a job needs no backend)."""
+        try:
+            backend = self._find(name)
+        except BackendUnavailableError:
+            record = self.store.get(name)
+            if record is None:
+                raise
+            return record
+        return backend.get(name)
 
     def list(
         self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
