@@ -149,3 +149,10 @@ def test_another_process_without_the_backend_still_sees_its_jobs(manager, ledger
     out = cli("cancel", "elsewhere")
     assert out.returncode != 0 and "Traceback" not in out.stderr
     assert "'ledger'" in out.stderr and "not installed here" in out.stderr
+
+
+def test_the_local_backend_does_not_answer_for_another_backends_row(manager, ledger):
+    _ledger_job(manager, "not-local")
+    with pytest.raises(JobNotFoundError):
+        manager.backend("local").get("not-local")
+    assert [r.name for r in manager.backend("local").list()] == []

@@ -57,17 +57,17 @@ def translate_error(path: Path, e: sqlite3.Error, timeout: float) -> BackendUnav
     text = str(e)
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
         return BackendUnavailableError(
-            "local",
+            "store",
             f"the job store {path} is locked: another process held it for more than {timeout:g} s",
             f"try again; {TIMEOUT_ENV} sets how long to wait",
         )
     if code == sqlite3.SQLITE_FULL or "disk is full" in text:
         return BackendUnavailableError(
-            "local",
+            "store",
             f"no space left on {path.parent} (the job store cannot grow)",
             "free some space",
         )
-    return BackendUnavailableError("local", f"the job store {path} failed: {text}")
+    return BackendUnavailableError("store", f"the job store {path} failed: {text}")
 
 
 def _translated(method: F) -> F:

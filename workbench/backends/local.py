@@ -295,7 +295,7 @@ class LocalBackend(Backend):
     def get(self, name: str) -> JobRecord:
         """The job's record, reconciled with reality (a dead supervisor fails the job)."""
         record = self.store.get(name)
-        if record is None:
+        if record is None or record.backend != self.name:  # another backend's row: not ours
             raise JobNotFoundError(self.name, name)
         if not record.status.terminal and self._supervisor_lost(name):
             record = self.store.get(name) or record
