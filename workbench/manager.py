@@ -100,10 +100,11 @@ class JobManager:
     ) -> tuple[builtins.list[JobRecord], int]:
         """One page of jobs of every backend (or one), newest first, and how many match in
         all: the store pages and counts across backends; nothing else is read."""
-        known = backend_names()
-        if backend is not None and backend not in known:
+        if backend is not None and backend not in backend_names():
             raise SpecError(
-                "backend", f"unknown backend {backend!r}", f"use one of {', '.join(known)}"
+                "backend",
+                f"unknown backend {backend!r}",
+                f"use one of {', '.join(backend_names())}",
             )
         self.reconcile()
         return (
