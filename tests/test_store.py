@@ -27,7 +27,7 @@ def test_round_trip_and_filters(tmp_path: Path):
     s.insert(record("a", 1.0))
     s.insert(record("b", 2.0))
     s.update("a", status=JobStatus.RUNNING, started_at=10.0, event=JobEvent(10.0, "Started", "go"))
-    s.set_rank("a", 0, state=RankState.RUNNING, pid=123)
+    s.set_rank("a", 0, state=RankState.RUNNING, details={"pid": 123})
     s.set_rank("a", 0, state=RankState.FAILED, exit_code=3)
     a = s.get("a")
     assert a is not None and a.status is JobStatus.RUNNING

@@ -6,29 +6,41 @@ import builtins
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from .backends import backend_names, load_backend
 from .backends.base import Backend
 from .catalog import Catalog, load_catalog
-from .errors import JobNotFoundError
-from .settings import Settings
+from .errors import BackendUnavailableError, JobNotFoundError, SpecError
+from .settings import Settings, make_private_dir
 from .spec import JobRecord, JobStatus, TrainSpec
+from .store import JobStore
 
 
 class JobManager:
-    """Routes jobs to backends and keeps the surfaces free of backend details."""
+    """Owns the one job store, routes each job to its backend by the store's backend column,
+    and keeps the surfaces free of backend details."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, store: JobStore | None = None) -> None:
         self.settings = settings or Settings.load()
         self.catalog: Catalog = load_catalog(self.settings.catalog_file)
+        if store is None:
+            home = Path(self.settings.home)
+            make_private_dir(home)  # 0700: jobs.db and job folders hold credentials
+            store = JobStore(home / "jobs.db")
+        # One store for every backend, shared by every process on this home: a job any
+        # process submits to any backend is visible to all of them.
+        self.store = store
         self._backends: dict[str, Backend] = {}
 
     def backend(self, name: str | None = None) -> Backend:
         """The backend called ``name`` (the configured default when None), created once."""
         name = name or self.settings.backend
         if name not in self._backends:
-            self._backends[name] = load_backend(name, settings=self.settings, catalog=self.catalog)
+            self._backends[name] = load_backend(
+                name, settings=self.settings, catalog=self.catalog, store=self.store
+            )
         return self._backends[name]
 
     def submit(self, spec: TrainSpec) -> JobRecord:
@@ -37,28 +49,46 @@ class JobManager:
         return self.backend(spec.backend).submit(spec)
 
     def _find(self, name: str) -> Backend:
-        """The backend that knows job ``name``."""
-        last: JobNotFoundError | None = None
-        for backend in self._known_backends():
-            try:
-                backend.get(name)
-                return backend
-            except JobNotFoundError as e:
-                last = e
-        raise last or JobNotFoundError(self.settings.backend, name)
+        """The backend that runs job ``name``, from its row's backend column (no probing)."""
+        backend = self.store.backend_of(name)
+        if backend is None:
+            raise JobNotFoundError(self.settings.backend, name)
+        try:
+            return self.backend(backend)
+        except SpecError:  # stored by a process that had a backend this one lacks
+            raise BackendUnavailableError(
+                backend,
+                f"job {name!r} runs on backend {backend!r}, which is not installed here",
+                f"install the package that provides the {backend!r} backend",
+            ) from None
 
-    def _known_backends(self) -> list[Backend]:
-        names = [self.settings.backend, *[n for n in self._backends if n != self.settings.backend]]
-        return [self.backend(n) for n in names]
+    def _active_backends(self) -> builtins.list[Backend]:
+        """Backends with a job still active in the store, loaded when first needed. One that
+        cannot load here (its extra is not installed) is skipped: its jobs show as stored."""
+        found = []
+        for name in self.store.active_backends():
+            try:
+                found.append(self.backend(name))
+            except (BackendUnavailableError, SpecError):
+                continue
+        return found
 
     def get(self, name: str) -> JobRecord:
-        """The current record of job ``name``."""
-        return self._find(name).get(name)
+        """The current record of job ``name`` (as stored, when its backend is not installed
+        in this process: reading a job needs no backend)."""
+        try:
+            backend = self._find(name)
+        except BackendUnavailableError:
+            record = self.store.get(name)
+            if record is None:
+                raise
+            return record
+        return backend.get(name)
 
     def list(
         self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
     ) -> list[JobRecord]:
-        """Jobs of every backend in use, newest first."""
+        """Jobs of every backend, newest first."""
         return self.page(status=status, limit=limit, offset=offset)[0]
 
     def page(
@@ -68,15 +98,19 @@ class JobManager:
         offset: int = 0,
         backend: str | None = None,
     ) -> tuple[builtins.list[JobRecord], int]:
-        """One page of jobs, newest first, and how many match in all."""
-        backends = [self.backend(backend)] if backend else self._known_backends()
-        if len(backends) == 1:  # the store pages and counts; nothing else is read
-            (b,) = backends
-            return b.list(status=status, limit=limit, offset=offset), b.count(status)
-        records = [r for b in backends for r in b.list(status=status)]
-        records.sort(key=lambda r: r.created_at, reverse=True)
-        end = None if limit is None else offset + limit
-        return records[offset:end], len(records)
+        """One page of jobs of every backend (or one), newest first, and how many match in
+        all: the store pages and counts across backends; nothing else is read."""
+        if backend is not None and backend not in backend_names():
+            raise SpecError(
+                "backend",
+                f"unknown backend {backend!r}",
+                f"use one of {', '.join(backend_names())}",
+            )
+        self.reconcile()
+        return (
+            self.store.list(status=status, backend=backend, limit=limit, offset=offset),
+            self.store.count(status, backend=backend),
+        )
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Stop the job and every process of it; ``wait=0`` asks and returns at once."""
@@ -84,7 +118,7 @@ class JobManager:
 
     def reconcile(self) -> int:
         """Let every backend in use settle jobs whose runner died (e.g. a killed supervisor)."""
-        return sum(b.reconcile() for b in self._known_backends())
+        return sum(b.reconcile() for b in self._active_backends())
 
     def delete(self, name: str) -> None:
         """Forget a finished job."""
@@ -152,5 +186,4 @@ class JobManager:
 
     def counts(self) -> dict[str, int]:
         """Jobs per status."""
-        backends = self._known_backends()
-        return {s.value: sum(b.count([s.value]) for b in backends) for s in JobStatus}
+        return {s.value: self.store.count([s.value]) for s in JobStatus}

@@ -507,6 +507,8 @@ class RankRecord:
     started_at: float | None = None
     finished_at: float | None = None
     gpus: str | None = None  # CUDA_VISIBLE_DEVICES it was given
+    # Backend-only state (the local backend's process ID and create time, a pod name).
+    details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Wire form."""
@@ -518,6 +520,7 @@ class RankRecord:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "gpus": self.gpus,
+            "details": dict(self.details),
         }
 
 
@@ -557,6 +560,9 @@ class JobRecord:
     message: str = ""
     price_per_hour: float = 0.0
     job_dir: str | None = None
+    # Backend-only state, written by the job's backend: the local supervisor's PID, a GPU
+    # allocation, the job folder; pod names on Kubernetes.
+    details: dict[str, Any] = field(default_factory=dict)
     ranks: list[RankRecord] = field(default_factory=list)
     events: list[JobEvent] = field(default_factory=list)
 
@@ -612,6 +618,7 @@ class JobRecord:
             "workers": self.workers,
             "gpus": self.gpus_total,
             "job_dir": self.job_dir,
+            "details": dict(self.details),
             "ranks": [r.to_dict() for r in self.ranks],
             "events": [e.to_dict() for e in self.events],
         }

@@ -1,7 +1,11 @@
 """The SQLite (WAL) job store shared by kernels, the Jupyter server, the CLI and supervisors.
 
-Every local job lives here: its record, per-rank state, events and the supervisor's
-bookkeeping. WAL lets many readers follow while one supervisor writes.
+The JobManager owns one store for every backend: each job row says its backend, and
+lookups route by that column. Shared columns are backend-neutral (status, times, attempt,
+message, spec, image, price, events); what only one backend needs (the local supervisor's
+PID, a GPU allocation, a pod name) lives in that row's ``details`` JSON, which only the
+job's backend reads and writes. The schema is versioned (see _store_schema). WAL lets many
+readers follow while one supervisor writes.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ._store_schema import VERSION, migrate, schema_version
 from .errors import BackendUnavailableError
 from .spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState
 
@@ -25,51 +30,6 @@ from .spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState
 TIMEOUT_ENV = "WORKBENCH_DB_TIMEOUT"
 ACTIVE = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
 F = TypeVar("F", bound=Callable[..., Any])
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    name TEXT PRIMARY KEY,
-    backend TEXT NOT NULL,
-    status TEXT NOT NULL,
-    runtime TEXT NOT NULL,
-    image TEXT NOT NULL,
-    spec_json TEXT NOT NULL,
-    created_at REAL NOT NULL,
-    started_at REAL,
-    finished_at REAL,
-    attempt INTEGER NOT NULL DEFAULT 1,
-    message TEXT NOT NULL DEFAULT '',
-    price_per_hour REAL NOT NULL DEFAULT 0,
-    job_dir TEXT,
-    supervisor_pid INTEGER,
-    supervisor_ctime REAL,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    gpu_alloc TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_status ON jobs(status);
-CREATE INDEX IF NOT EXISTS jobs_created ON jobs(created_at);
-CREATE TABLE IF NOT EXISTS ranks (
-    job TEXT NOT NULL,
-    rank INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    pid INTEGER,
-    ctime REAL,
-    exit_code INTEGER,
-    started_at REAL,
-    finished_at REAL,
-    gpus TEXT,
-    PRIMARY KEY (job, rank)
-);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    job TEXT NOT NULL,
-    time REAL NOT NULL,
-    reason TEXT NOT NULL,
-    message TEXT NOT NULL,
-    level TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_job ON events(job, id);
-"""
 
 JOB_COLUMNS = (
     "status",
@@ -79,11 +39,7 @@ JOB_COLUMNS = (
     "finished_at",
     "attempt",
     "message",
-    "job_dir",
-    "supervisor_pid",
-    "supervisor_ctime",
     "cancel_requested",
-    "gpu_alloc",
 )
 
 
@@ -101,17 +57,17 @@ def translate_error(path: Path, e: sqlite3.Error, timeout: float) -> BackendUnav
     text = str(e)
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
         return BackendUnavailableError(
-            "local",
+            "store",
             f"the job store {path} is locked: another process held it for more than {timeout:g} s",
             f"try again; {TIMEOUT_ENV} sets how long to wait",
         )
     if code == sqlite3.SQLITE_FULL or "disk is full" in text:
         return BackendUnavailableError(
-            "local",
+            "store",
             f"no space left on {path.parent} (the job store cannot grow)",
             "free some space",
         )
-    return BackendUnavailableError("local", f"the job store {path} failed: {text}")
+    return BackendUnavailableError("store", f"the job store {path} failed: {text}")
 
 
 def _translated(method: F) -> F:
@@ -161,7 +117,16 @@ class JobStore:
 
     @_translated
     def _setup(self) -> None:
-        self._conn().executescript(SCHEMA)
+        db = self._conn()
+        found = schema_version(db)
+        if found > VERSION:
+            raise BackendUnavailableError(
+                "store",
+                f"the job store {self.path} has schema version {found}, newer than this "
+                f"workbench knows ({VERSION})",
+                "upgrade jupyter-gpu-workbench",
+            )
+        migrate(db)
 
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -251,7 +216,7 @@ class JobStore:
     def _insert(self, db: sqlite3.Connection, record: JobRecord) -> None:
         db.execute(
             "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
-            " attempt, message, price_per_hour, job_dir) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " attempt, message, price_per_hour, details) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 record.name,
                 record.backend,
@@ -263,7 +228,7 @@ class JobStore:
                 record.attempt,
                 record.message,
                 record.price_per_hour,
-                record.job_dir,
+                json.dumps(record_details(record)),
             ),
         )
         for ev in record.events:
@@ -276,16 +241,38 @@ class JobStore:
         return row is not None
 
     @_translated
-    def update(self, name: str, event: JobEvent | None = None, **columns: Any) -> None:
-        """Set job columns (and add an event) in one transaction."""
+    def backend_of(self, name: str) -> str | None:
+        """The backend that runs job ``name`` (None when no such job): the routing key."""
+        row = self._conn().execute("SELECT backend FROM jobs WHERE name=?", (name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    @_translated
+    def active_backends(self) -> builtins.list[str]:
+        """Backends with a job still Pending or Running (the ones worth reconciling)."""
+        q = "SELECT DISTINCT backend FROM jobs WHERE status IN (?, ?) ORDER BY backend"
+        return [str(r[0]) for r in self._conn().execute(q, ACTIVE)]
+
+    @_translated
+    def update(
+        self,
+        name: str,
+        event: JobEvent | None = None,
+        details: dict[str, Any] | None = None,
+        **columns: Any,
+    ) -> None:
+        """Set job columns, merge ``details`` into the backend's JSON (a None value drops
+        that key) and add an event, in one transaction."""
         bad = set(columns) - set(JOB_COLUMNS)
         if bad:
             raise KeyError(f"unknown job columns {sorted(bad)}")
         with self._tx() as db:
-            if columns:
+            if columns or details:
                 values = [c.value if isinstance(c, JobStatus) else c for c in columns.values()]
-                sets = ", ".join(f"{k}=?" for k in columns)
-                db.execute(f"UPDATE jobs SET {sets} WHERE name=?", (*values, name))
+                sets = [f"{k}=?" for k in columns]
+                if details:
+                    sets.append("details=json_patch(details, ?)")
+                    values.append(json.dumps(details))
+                db.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE name=?", (*values, name))
             if event is not None:
                 self._add_event(db, name, event)
 
@@ -313,15 +300,18 @@ class JobStore:
 
     @_translated
     def row(self, name: str) -> dict[str, Any] | None:
-        """The raw job row, bookkeeping columns included (for backends)."""
+        """The raw job row, ``details`` decoded (for the job's backend)."""
         r = self._conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
-        return dict(r) if r else None
+        return _decoded(r) if r else None
 
     @_translated
-    def active_rows(self) -> list[dict[str, Any]]:
-        """Raw rows of jobs not yet finished."""
-        rows = self._conn().execute("SELECT * FROM jobs WHERE status IN (?, ?)", ACTIVE).fetchall()
-        return [dict(r) for r in rows]
+    def active_rows(self, backend: str | None = None) -> list[dict[str, Any]]:
+        """Raw rows (``details`` decoded) of jobs not yet finished, of one backend or all."""
+        q = "SELECT * FROM jobs WHERE status IN (?, ?)"
+        args: tuple[str, ...] = ACTIVE
+        if backend is not None:
+            q, args = q + " AND backend=?", (*ACTIVE, backend)
+        return [_decoded(r) for r in self._conn().execute(q, args).fetchall()]
 
     @_translated
     def get(self, name: str) -> JobRecord | None:
@@ -339,28 +329,18 @@ class JobStore:
         with_events: bool = True,
     ) -> list[JobRecord]:
         """Jobs, newest first, optionally filtered by status and backend."""
-        where: builtins.list[str] = []
-        args: builtins.list[Any] = []
-        if status:
-            where.append(f"status IN ({','.join('?' * len(status))})")
-            args.extend(status)
-        if backend:
-            where.append("backend=?")
-            args.append(backend)
-        clause = ("WHERE " + " AND ".join(where)) if where else ""
+        clause, args = _filters(status, backend)
         clause += " ORDER BY created_at DESC, name"
         if limit is not None:
             clause += " LIMIT ? OFFSET ?"
-            args.extend([limit, offset])
-        return self._records(clause, tuple(args), with_events=with_events)
+            args += (limit, offset)
+        return self._records(clause, args, with_events=with_events)
 
     @_translated
-    def count(self, status: builtins.list[str] | None = None) -> int:
-        """How many jobs (optionally in these states)."""
-        if status:
-            q = f"SELECT COUNT(*) FROM jobs WHERE status IN ({','.join('?' * len(status))})"
-            return int(self._conn().execute(q, status).fetchone()[0])
-        return int(self._conn().execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+    def count(self, status: builtins.list[str] | None = None, backend: str | None = None) -> int:
+        """How many jobs (optionally in these states, of one backend)."""
+        where, args = _filters(status, backend)
+        return int(self._conn().execute(f"SELECT COUNT(*) FROM jobs {where}", args).fetchone()[0])
 
     @_translated
     def delete(self, name: str) -> None:
@@ -382,11 +362,13 @@ class JobStore:
         for chunk in _chunks(names, 500):
             marks = ",".join("?" * len(chunk))
             for r in db.execute(f"SELECT * FROM ranks WHERE job IN ({marks}) ORDER BY rank", chunk):
+                details = json.loads(r["details"])
                 ranks[r["job"]].append(
                     RankRecord(
                         rank=r["rank"],
                         state=RankState(r["state"]),
-                        pid=r["pid"],
+                        pid=details.get("pid"),  # legacy wire field, until the wire reshape
+                        details=details,
                         exit_code=r["exit_code"],
                         started_at=r["started_at"],
                         finished_at=r["finished_at"],
@@ -399,45 +381,59 @@ class JobStore:
                     events[e["job"]].append(
                         JobEvent(e["time"], e["reason"], e["message"], e["level"])
                     )
-        return [
-            JobRecord(
-                name=r["name"],
-                status=JobStatus(r["status"]),
-                backend=r["backend"],
-                spec=json.loads(r["spec_json"]),
-                image=r["image"],
-                runtime=r["runtime"],
-                created_at=r["created_at"],
-                started_at=r["started_at"],
-                finished_at=r["finished_at"],
-                attempt=r["attempt"],
-                message=r["message"],
-                price_per_hour=r["price_per_hour"],
-                job_dir=r["job_dir"],
-                ranks=ranks[r["name"]],
-                events=events[r["name"]],
+        jobs = []
+        for r in rows:
+            details = json.loads(r["details"])
+            jobs.append(
+                JobRecord(
+                    name=r["name"],
+                    status=JobStatus(r["status"]),
+                    backend=r["backend"],
+                    spec=json.loads(r["spec_json"]),
+                    image=r["image"],
+                    runtime=r["runtime"],
+                    created_at=r["created_at"],
+                    started_at=r["started_at"],
+                    finished_at=r["finished_at"],
+                    attempt=r["attempt"],
+                    message=r["message"],
+                    price_per_hour=r["price_per_hour"],
+                    job_dir=details.get("job_dir"),  # legacy wire field, until the wire reshape
+                    details=details,
+                    ranks=ranks[r["name"]],
+                    events=events[r["name"]],
+                )
             )
-            for r in rows
-        ]
+        return jobs
 
     # ---- ranks and events ---------------------------------------------------------------
     @_translated
-    def set_rank(self, job: str, rank: int, **columns: Any) -> None:
-        """Create or update one rank's row."""
+    def set_rank(
+        self, job: str, rank: int, details: dict[str, Any] | None = None, **columns: Any
+    ) -> None:
+        """Create or update one rank's row; ``details`` merges into the backend's JSON."""
         cols = {k: (v.value if isinstance(v, RankState) else v) for k, v in columns.items()}
         with self._tx() as db:
             exists = db.execute(
                 "SELECT 1 FROM ranks WHERE job=? AND rank=?", (job, rank)
             ).fetchone()
             if exists:
-                if cols:
-                    sets = ", ".join(f"{k}=?" for k in cols)
+                sets = [f"{k}=?" for k in cols]
+                values = list(cols.values())
+                if details:
+                    sets.append("details=json_patch(details, ?)")
+                    values.append(json.dumps(details))
+                if sets:
                     db.execute(
-                        f"UPDATE ranks SET {sets} WHERE job=? AND rank=?",
-                        (*cols.values(), job, rank),
+                        f"UPDATE ranks SET {', '.join(sets)} WHERE job=? AND rank=?",
+                        (*values, job, rank),
                     )
             else:
                 cols.setdefault("state", RankState.PENDING.value)
+                if details:
+                    cols["details"] = json.dumps(
+                        {k: v for k, v in details.items() if v is not None}
+                    )
                 keys = ["job", "rank", *cols]
                 db.execute(
                     f"INSERT INTO ranks ({','.join(keys)}) VALUES ({','.join('?' * len(keys))})",
@@ -446,9 +442,9 @@ class JobStore:
 
     @_translated
     def rank_rows(self, job: str) -> builtins.list[dict[str, Any]]:
-        """Raw rank rows (pid and create time included) for a job."""
+        """Raw rank rows (``details`` decoded: the backend's PIDs and the like) for a job."""
         rows = self._conn().execute("SELECT * FROM ranks WHERE job=? ORDER BY rank", (job,))
-        return [dict(r) for r in rows]
+        return [_decoded(r) for r in rows]
 
     @_translated
     def add_event(self, job: str, event: JobEvent) -> None:
@@ -477,6 +473,32 @@ def _rollback(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
+
+
+def record_details(record: JobRecord) -> dict[str, Any]:
+    """What a new record stores as its backend's ``details`` (its legacy ``job_dir`` too)."""
+    details = dict(record.details)
+    if record.job_dir is not None:
+        details.setdefault("job_dir", record.job_dir)
+    return details
+
+
+def _decoded(row: sqlite3.Row) -> dict[str, Any]:
+    d = dict(row)
+    d["details"] = json.loads(d.get("details") or "{}")
+    return d
+
+
+def _filters(status: builtins.list[str] | None, backend: str | None) -> tuple[str, tuple[Any, ...]]:
+    where: builtins.list[str] = []
+    args: builtins.list[Any] = []
+    if status:
+        where.append(f"status IN ({','.join('?' * len(status))})")
+        args.extend(status)
+    if backend:
+        where.append("backend=?")
+        args.append(backend)
+    return ("WHERE " + " AND ".join(where)) if where else "", tuple(args)
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

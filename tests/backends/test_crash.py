@@ -40,11 +40,11 @@ def test_killed_supervisor_finishes_every_rank_and_kills_escaped_processes(manag
     escaped = [p for p in job_processes("crash") if os.getsid(p.pid) == p.pid]
     assert len(escaped) == 2  # they left the ranks' sessions, so no killpg reaches them
     store = manager.backend().store
-    sup = store.row("crash")["supervisor_pid"]
+    sup = store.row("crash")["details"]["supervisor_pid"]
     os.kill(sup, signal.SIGKILL)
     wait_for(lambda: gone(sup), what="supervisor gone")
     # With the supervisor dead, rank 1's leader exits; nobody records it.
-    leader1 = store.rank_rows("crash")[1]["pid"]
+    leader1 = store.rank_rows("crash")[1]["details"]["pid"]
     gate.touch()
     wait_for(lambda: gone(leader1), what="rank 1 exited")
 
@@ -226,8 +226,8 @@ def test_a_job_submitted_from_inside_a_job_does_not_carry_the_outer_markers(
     gate = tmp_path / "gate"
     submit(manager, ["python", "escaper.py"], name="inner", env={"GATE": str(gate)})
     store = manager.backend().store
-    wait_for(lambda: store.row("inner")["supervisor_pid"], what="supervisor started")
-    env = psutil.Process(store.row("inner")["supervisor_pid"]).environ()
+    wait_for(lambda: store.row("inner")["details"].get("supervisor_pid"), what="supervisor started")
+    env = psutil.Process(store.row("inner")["details"].get("supervisor_pid")).environ()
     assert "WORKBENCH_JOB_DIR" not in env and "WORKBENCH_JOB_NAME" not in env
     # Its ranks get their own job's markers, not the outer ones.
     wait_for(lambda: job_processes("inner"), what="inner ranks")

@@ -168,11 +168,11 @@ def test_lost_supervisor_fails_the_job_and_kills_ranks(manager):
     wait_for(lambda: manager.get("orphan").status is JobStatus.RUNNING, what="running")
     backend = manager.backend()
     row = backend.store.row("orphan")
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
+    os.kill(row["details"]["supervisor_pid"], signal.SIGKILL)
     wait_for(
         lambda: (
-            not psutil.pid_exists(row["supervisor_pid"])
-            or psutil.Process(row["supervisor_pid"]).status() == psutil.STATUS_ZOMBIE
+            not psutil.pid_exists(row["details"]["supervisor_pid"])
+            or psutil.Process(row["details"]["supervisor_pid"]).status() == psutil.STATUS_ZOMBIE
         ),
         what="supervisor gone",
     )

@@ -21,7 +21,7 @@ def test_killed_supervisor_leaves_no_container(manager, engine, docker_client, t
            workers=2)  # fmt: skip
     wait_for(lambda: len(labelled(docker_client, "orphan")) == 2, 90, "two containers")
     wait_for(lambda: all(c.status == "running" for c in labelled(docker_client, "orphan")), 30)
-    sup = manager.backend().store.row("orphan")["supervisor_pid"]
+    sup = manager.backend().store.row("orphan")["details"]["supervisor_pid"]
     os.kill(sup, signal.SIGKILL)
     wait_for(lambda: not psutil.pid_exists(sup) or psutil.Process(sup).status() == "zombie")
     done = manager.get("orphan")

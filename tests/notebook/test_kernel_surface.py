@@ -327,7 +327,7 @@ def test_ranks_failing_together_are_both_failed(
         timeout=60,
         what="both ranks started",
     )
-    pid = manager.backend().store.row("together")["supervisor_pid"]  # type: ignore[attr-defined]
+    pid = manager.backend().store.row("together")["details"]["supervisor_pid"]  # type: ignore[attr-defined]
     pids = [r.pid for r in manager.get("together").ranks]
     # Hold the supervisor so both ranks have ended before it looks: they failed together.
     os.kill(pid, signal.SIGSTOP)

@@ -86,7 +86,7 @@ async def test_server_fails_a_job_whose_supervisor_was_killed_without_any_reader
     await submit(jp_fetch, {"name": "lost", "command": STUBBORN, "workers": 2})
     await until(lambda: len(job_processes("lost")) == 2, timeout=60, what="ranks up")
     store = JobStore(wb_home / "jobs.db")
-    os.kill(store.row("lost")["supervisor_pid"], signal.SIGKILL)
+    os.kill(store.row("lost")["details"]["supervisor_pid"], signal.SIGKILL)
     # Nobody calls GET: the server's own watcher notices within a few ticks.
     await until(lambda: store.row("lost")["status"] == "Failed", timeout=5, what="Failed")
     assert all(r["state"] != "Running" and r["finished_at"] for r in store.rank_rows("lost"))

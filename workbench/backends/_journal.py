@@ -23,4 +23,5 @@ class StoreJournal:
 
     def rank_pids(self) -> dict[int, int]:
         """Lead pid of each rank that has one (a rank restarts with a new pid on a retry)."""
-        return {r["pid"]: r["rank"] for r in self.store.rank_rows(self.name) if r.get("pid")}
+        rows = self.store.rank_rows(self.name)
+        return {r["details"]["pid"]: r["rank"] for r in rows if r["details"].get("pid")}

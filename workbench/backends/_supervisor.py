@@ -80,7 +80,7 @@ class Supervisor:
         row = self.store.row(name)
         if row is None:
             raise SystemExit(f"no job {name!r} in {home}")
-        self.files = JobFiles(Path(row["job_dir"]))
+        self.files = JobFiles(Path(row["details"]["job_dir"]))
         # The stored spec is redacted; the real mount URLs, args and env are in the 0600 file.
         self.spec = TrainSpec.from_dict(json.loads(row["spec_json"]))
         self.spec.restore_secrets(self.files.read_secrets())
@@ -172,7 +172,9 @@ class Supervisor:
 
     def _run(self) -> None:
         me = psutil.Process()
-        self.store.update(self.name, supervisor_pid=me.pid, supervisor_ctime=me.create_time())
+        self.store.update(
+            self.name, details={"supervisor_pid": me.pid, "supervisor_ctime": me.create_time()}
+        )
         try:
             self._check_cancel()
             from ..data.staging import JobData, stage_job, store_active
@@ -244,15 +246,15 @@ class Supervisor:
             with self._placement_lock():
                 used = _placement.usage(
                     [
-                        (float(json.loads(r["spec_json"])["gpus"]), json.loads(r["gpu_alloc"]))
-                        for r in self.store.active_rows()
-                        if r["gpu_alloc"] and r["name"] != self.name
+                        (float(json.loads(r["spec_json"])["gpus"]), r["details"]["gpu_alloc"])
+                        for r in self.store.active_rows(backend="local")  # this host's GPUs
+                        if r["details"].get("gpu_alloc") and r["name"] != self.name
                     ]
                 )
                 alloc = _placement.place(self.spec.gpus, self.spec.workers, capacity, used)
                 if alloc is not None:
                     self.gpu_alloc = alloc
-                    self.store.update(self.name, gpu_alloc=json.dumps(alloc), message="")
+                    self.store.update(self.name, details={"gpu_alloc": alloc}, message="")
                     return
             if not announced:
                 busy = sum(min(1.0, v) for v in used.values())
@@ -413,8 +415,7 @@ class Supervisor:
                 self.name,
                 rank,
                 state=RankState.RUNNING,
-                pid=lead.pid,
-                ctime=process_ctime(lead.pid),
+                details={"pid": lead.pid, "ctime": process_ctime(lead.pid)},
                 exit_code=None,
                 started_at=now,
                 finished_at=None,

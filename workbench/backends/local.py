@@ -69,13 +69,20 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def __init__(self, settings: Settings | None = None, catalog: Catalog | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        catalog: Catalog | None = None,
+        store: JobStore | None = None,
+    ) -> None:
         self.settings = settings or Settings.load()
         self.catalog = catalog or load_catalog(self.settings.catalog_file)
         self.home = Path(self.settings.home)
         make_private_dir(self.home)  # 0700: jobs.db and job folders hold credentials
         (self.home / "jobs").mkdir(exist_ok=True, mode=0o700)
-        self.store = JobStore(self.home / "jobs.db")
+        # The JobManager's store, shared by every backend; a backend built on its own (a
+        # test, a script) opens the same file under the same home.
+        self.store = store if store is not None else JobStore(self.home / "jobs.db")
 
     # ---- submit -------------------------------------------------------------------------
     def submit(self, spec: TrainSpec) -> JobRecord:
@@ -288,7 +295,7 @@ class LocalBackend(Backend):
     def get(self, name: str) -> JobRecord:
         """The job's record, reconciled with reality (a dead supervisor fails the job)."""
         record = self.store.get(name)
-        if record is None:
+        if record is None or record.backend != self.name:  # another backend's row: not ours
             raise JobNotFoundError(self.name, name)
         if not record.status.terminal and self._supervisor_lost(name):
             record = self.store.get(name) or record
@@ -299,16 +306,17 @@ class LocalBackend(Backend):
     ) -> list[JobRecord]:
         """Jobs, newest first; active ones are reconciled first."""
         self.reconcile()
-        return self.store.list(status=status, backend=None, limit=limit, offset=offset)
+        return self.store.list(status=status, backend=self.name, limit=limit, offset=offset)
 
     def count(self, status: builtins.list[str] | None = None) -> int:
         """How many jobs (optionally only in these states)."""
-        return self.store.count(status)
+        return self.store.count(status, backend=self.name)
 
     def reconcile(self) -> int:
         """Fail every active job whose supervisor is gone; how many. Cheap (the active rows
         and a PID check each), so the server's watcher runs it every tick."""
-        return sum(self._supervisor_lost(row["name"], row) for row in self.store.active_rows())
+        rows = self.store.active_rows(backend=self.name)
+        return sum(self._supervisor_lost(row["name"], row) for row in rows)
 
     def _supervisor_lost(self, name: str, row: dict[str, Any] | None = None) -> bool:
         """Fail an active job whose supervisor is gone, killing every process it left and
@@ -316,7 +324,7 @@ class LocalBackend(Backend):
         row = row or self.store.row(name)
         if row is None or row["status"] not in ACTIVE:
             return False
-        pid, ctime = row["supervisor_pid"], row["supervisor_ctime"]
+        pid, ctime = row["details"].get("supervisor_pid"), row["details"].get("supervisor_ctime")
         if pid is None:
             if time.time() - row["created_at"] < 60:
                 return False  # still starting
@@ -326,7 +334,7 @@ class LocalBackend(Backend):
         if row is None or row["status"] not in ACTIVE:
             return False
         self._kill_job(name, row)
-        log = Path(row["job_dir"] or "") / "supervisor.log"
+        log = Path(row["details"].get("job_dir") or "") / "supervisor.log"
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
         if row["cancel_requested"]:  # what the user asked for happened, if not by the book
             status, reason, level = JobStatus.CANCELLED, "Cancelled", "warning"
@@ -339,27 +347,26 @@ class LocalBackend(Backend):
             name, status, msg, JobEvent(time.time(), reason, msg, level), RankState.STOPPED
         )
 
-    def _rankssame_process(self, name: str) -> bool:
-        return any(
-            r["pid"]
-            and r["state"] == RankState.RUNNING.value
-            and same_process(r["pid"], r["ctime"])
+    def _running_rank_pids(self, name: str) -> builtins.list[int]:
+        """Process-group leaders of the job's ranks that still run (from our details)."""
+        return [
+            r["details"]["pid"]
             for r in self.store.rank_rows(name)
-        )
+            if r["details"].get("pid")
+            and r["state"] == RankState.RUNNING.value
+            and same_process(r["details"]["pid"], r["details"].get("ctime"))
+        ]
+
+    def _rankssame_process(self, name: str) -> bool:
+        return bool(self._running_rank_pids(name))
 
     def _kill_job(self, name: str, row: dict[str, Any]) -> None:
         """SIGKILL every process of the job: the rank leaders' groups, and whatever carries
         the job's folder in its environment (children that called setsid or were orphaned).
         A container job's containers are removed through the engine (its wrappers are killed
         like any rank, which would leave the containers running)."""
-        pgids = [
-            r["pid"]
-            for r in self.store.rank_rows(name)
-            if r["pid"]
-            and r["state"] == RankState.RUNNING.value
-            and same_process(r["pid"], r["ctime"])
-        ]
-        job_dir = row.get("job_dir") or str(self.home / "jobs" / name)
+        pgids = self._running_rank_pids(name)
+        job_dir = row["details"].get("job_dir") or str(self.home / "jobs" / name)
         kill_job_processes(job_dir, pgids)
         if row.get("runtime") == "container":
             from ._container_engine import remove_job_objects
@@ -378,8 +385,8 @@ class LocalBackend(Backend):
         if record.status.terminal:
             return record
         self.store.update(name, cancel_requested=1)
-        row = self.store.row(name) or {}
-        pid, ctime = row.get("supervisor_pid"), row.get("supervisor_ctime")
+        row = self.store.row(name) or {"details": {}}
+        pid, ctime = row["details"].get("supervisor_pid"), row["details"].get("supervisor_ctime")
         if pid and same_process(pid, ctime):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -486,9 +493,9 @@ class LocalBackend(Backend):
             inventory, reason = [], e.reason
         holders: dict[int, builtins.list[dict[str, Any]]] = {g.index: [] for g in inventory}
         jobs = []
-        for row in self.store.active_rows():
+        for row in self.store.active_rows(backend=self.name):  # this host's jobs only
             spec = json.loads(row["spec_json"])
-            alloc = json.loads(row["gpu_alloc"]) if row["gpu_alloc"] else []
+            alloc = row["details"].get("gpu_alloc") or []
             share = float(spec.get("gpus", 0))
             for rank, indices in enumerate(alloc):
                 for i in indices:

@@ -48,7 +48,8 @@ def _signature(record: JobRecord) -> str:
 
 
 class _StoreChanges:
-    """Whether the local job store changed since the last look, for one tiny query."""
+    """Whether the job store (every backend's jobs) changed since the last look, for one
+    tiny query."""
 
     def __init__(self, manager: JobManager) -> None:
         self.manager = manager
@@ -56,9 +57,7 @@ class _StoreChanges:
 
     def token(self) -> int | None:
         """SQLite's data_version of the store (changes on every commit by another connection)."""
-        if self.manager.settings.backend != "local":
-            return None
-        path = self.manager.settings.home / "jobs.db"
+        path = self.manager.store.path  # the manager's one store, whatever the backend
         try:
             if self._conn is None:
                 if not path.exists():
