@@ -110,7 +110,7 @@ def test_tensorflow_and_mpi_contracts(manager):
     assert Path(mpi["OMPI_MCA_orte_default_hostfile"]).read_text() == "127.0.0.1 slots=1\n"
 
 
-# Gang failure, retries, log follow/tail and env on both runtimes: tests/containers/test_contract.py
+# Gang failure, retries, cancel, logs and env on both runtimes: tests/backends/contract.py
 
 
 def test_retries_exhausted_fail_the_job(manager):
