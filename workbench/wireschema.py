@@ -72,7 +72,11 @@ class JobRecord(TypedDict):
     price_per_hour: Annotated[float, _d("price per worker-hour")]
     cost: Annotated[float, _d("estimated cost so far: price x hours x workers")]
     workers: Annotated[int, _d("workers requested")]
-    gpus: Annotated[float, _d("GPUs in the job (GPUs per worker x workers)")]
+    # null, not NaN/Infinity, when a stored spec (an older version's) is not finite: the
+    # server writes strict JSON (wirejson.dumps_strict).
+    gpus: Annotated[
+        float | None, _d("GPUs in the job (GPUs per worker x workers); null if not finite")
+    ]
     job_dir: Annotated[str | None, _d("the local job folder, or null (local backend only)")]
     details: Annotated[dict[str, Any], _d("backend-only state written by the job's backend")]
     ranks: Annotated[list[RankRecord], _d("the workers of the current attempt")]
