@@ -1,5 +1,5 @@
 """The one source of the REST wire model's JSON Schema (JobRecord, RankRecord, JobEvent, the
-job page, the error body), generated with pydantic from TypedDicts that describe what
+job page, the error body, the backend list), generated with pydantic from TypedDicts that describe what
 ``to_dict()`` and the server's ``error_reply`` write.
 
 ``python -m workbench.wireschema --openapi`` rewrites the generated block of
@@ -105,7 +105,34 @@ class Error(TypedDict):
     hint: NotRequired[Annotated[str | None, _d("what to install or configure (503)")]]
 
 
-WIRE_TYPES: tuple[type, ...] = (Error, JobPage, JobRecord, RankRecord, JobEvent)
+class Capabilities(TypedDict):
+    """What a backend can run here (Backend.capabilities())."""
+
+    runtimes: Annotated[list[str], _d("how ranks run, e.g. process, container")]
+    gpu_modes: Annotated[
+        list[Literal["whole", "fractional"]], _d("whole GPUs, and fractions that ranks share")
+    ]
+    data_schemes: Annotated[list[str], _d("URL schemes a data or outputs mount may use")]
+    flavours: Annotated[list[str], _d("kinds of workload, e.g. a container engine's flavour")]
+
+
+class BackendInfo(TypedDict):
+    """One backend the registry knows."""
+
+    name: Annotated[str, _d("the backend's name, as a spec's backend field takes it")]
+    default: Annotated[bool, _d("whether a spec without backend goes here")]
+    capabilities: Annotated[Capabilities | None, _d("what it can run; null if it cannot load")]
+    error: Annotated[str | None, _d("why it cannot load here, or null")]
+    hint: Annotated[str | None, _d("what to install or configure, or null")]
+
+
+class BackendList(TypedDict):
+    """Every backend the registry knows (GET /workbench/api/backends)."""
+
+    backends: Annotated[list[BackendInfo], _d("built in, installed entry points, registered")]
+
+
+WIRE_TYPES: tuple[type, ...] = (Error, JobPage, JobRecord, RankRecord, JobEvent, BackendList)
 
 
 def schemas() -> dict[str, dict[str, Any]]:
