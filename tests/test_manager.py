@@ -156,3 +156,16 @@ def test_the_local_backend_does_not_answer_for_another_backends_row(manager, led
     with pytest.raises(JobNotFoundError):
         manager.backend("local").get("not-local")
     assert [r.name for r in manager.backend("local").list()] == []
+
+
+def test_backends_lists_every_registered_backend_with_capabilities(manager, ledger):
+    by_name = {b["name"]: b for b in manager.backends()}
+    assert by_name["local"]["default"] and "process" in by_name["local"]["capabilities"]["runtimes"]
+    # A backend that does not override capabilities() declares nothing, and is not default.
+    assert by_name["ledger"] == {
+        "name": "ledger",
+        "default": False,
+        "capabilities": {"runtimes": [], "gpu_modes": [], "data_schemes": [], "flavours": []},
+        "error": None,
+        "hint": None,
+    }

@@ -184,6 +184,20 @@ class JobManager:
         """Hosts with GPUs and allocations."""
         return self.backend(backend).nodes()
 
+    def backends(self) -> builtins.list[dict[str, Any]]:
+        """Every backend the registry knows: name, whether it is the default, its
+        capabilities (None, with the error and hint, when it cannot load here)."""
+        out: builtins.list[dict[str, Any]] = []
+        for name in backend_names():
+            entry: dict[str, Any] = {"name": name, "default": name == self.settings.backend}
+            try:
+                caps = self.backend(name).capabilities().to_dict()
+                entry.update(capabilities=caps, error=None, hint=None)
+            except BackendUnavailableError as e:
+                entry.update(capabilities=None, error=str(e), hint=e.hint)
+            out.append(entry)
+        return out
+
     def counts(self) -> dict[str, int]:
         """Jobs per status."""
         return {s.value: self.store.count([s.value]) for s in JobStatus}

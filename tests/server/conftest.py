@@ -9,12 +9,84 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import jsonschema
 import pytest
+import yaml
+from tornado.httpclient import HTTPClientError
+
+from tests.conftest import ROOT
 
 # pytest_plugins for jp_fetch & co. is declared in the root tests/conftest.py (pytest
 # only accepts it there).
 
 Fetch = Callable[..., Awaitable[Any]]
+
+OPENAPI: dict[str, Any] = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
+
+
+def response_schema(parts: tuple[str, ...], method: str, code: int) -> dict[str, Any]:
+    """The JSON schema docs/openapi.yaml gives the response ``code`` of ``method`` on the
+    route whose path segments are ``parts``; fails the test when the response is undocumented."""
+    for template, item in OPENAPI["paths"].items():
+        segments = template.strip("/").split("/")
+        if len(segments) == len(parts) and all(
+            s == p or (s.startswith("{") and s.endswith("}"))
+            for s, p in zip(segments, parts, strict=True)
+        ):
+            operation = item.get(method.lower())
+            assert operation is not None, f"{method} {template} is not in docs/openapi.yaml"
+            response = operation["responses"].get(str(code))
+            assert response is not None, (
+                f"{method} {template} -> {code} is not in docs/openapi.yaml"
+            )
+            response = _follow(response)
+            content = response.get("content", {})
+            assert "application/json" in content, (
+                f"{method} {template} -> {code}: no JSON body documented"
+            )
+            return dict(content["application/json"]["schema"])
+    raise AssertionError(f"/{'/'.join(parts)} is not in docs/openapi.yaml")
+
+
+def _follow(node: dict[str, Any]) -> dict[str, Any]:
+    """Follow a local ``$ref`` (``#/components/...``) in the OpenAPI document."""
+    while "$ref" in node:
+        target: Any = OPENAPI
+        for key in node["$ref"].removeprefix("#/").split("/"):
+            target = target[key]
+        node = target
+    return node
+
+
+def validate_response(parts: tuple[str, ...], method: str, response: Any) -> None:
+    """Check a workbench/api JSON response against its schema in docs/openapi.yaml."""
+    if parts[:2] != ("workbench", "api"):
+        return
+    if not response.headers.get("Content-Type", "").startswith("application/json"):
+        return
+    schema = response_schema(parts, method, response.code)
+    # The schema's $refs point into the document: give them its components to resolve.
+    schema["components"] = OPENAPI["components"]
+    jsonschema.Draft202012Validator(schema).validate(json.loads(response.body.decode()))
+
+
+@pytest.fixture
+def jp_fetch(jp_fetch: Fetch) -> Fetch:
+    """pytest-jupyter's jp_fetch, validating every workbench/api JSON response (errors
+    included) against the operation's response schema in docs/openapi.yaml."""
+
+    async def fetch(*parts: str, **kwargs: Any) -> Any:
+        method = kwargs.get("method", "GET")
+        try:
+            response = await jp_fetch(*parts, **kwargs)
+        except HTTPClientError as e:
+            if e.response is not None:
+                validate_response(parts, method, e.response)
+            raise
+        validate_response(parts, method, response)
+        return response
+
+    return fetch
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ ROUTES = [
     ("POST", "workbench/api/jobs/x/rerun"),
     ("GET", "workbench/api/gpus"),
     ("GET", "workbench/api/nodes"),
+    ("GET", "workbench/api/backends"),
     ("GET", "workbench/api/datasets?url=/tmp"),
     ("GET", "workbench/api/images"),
     ("GET", "workbench/api/specs"),

@@ -6,6 +6,7 @@ import builtins
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ..spec import JobRecord, TrainSpec
@@ -22,6 +23,25 @@ def split_rank_prefix(line: str) -> tuple[int, str]:
     """The rank and the text of a line from an every-rank log stream."""
     head, _, text = line.partition("] ")
     return int(head.removeprefix("[rank ")), text
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can run, for surfaces to offer only that (GET /workbench/api/backends)."""
+
+    runtimes: tuple[str, ...] = ()  # how ranks run: process, container (local); pod
+    gpu_modes: tuple[str, ...] = ()  # "whole" GPUs, "fractional" (ranks share one)
+    data_schemes: tuple[str, ...] = ()  # URL schemes a --data/--outputs mount may use
+    flavours: tuple[str, ...] = ()  # kinds of workload: a container engine, a Kubeflow kind
+
+    def to_dict(self) -> dict[str, list[str]]:
+        """Wire form (workbench.wireschema.Capabilities)."""
+        return {
+            "runtimes": list(self.runtimes),
+            "gpu_modes": list(self.gpu_modes),
+            "data_schemes": list(self.data_schemes),
+            "flavours": list(self.flavours),
+        }
 
 
 class Backend(ABC):
@@ -90,3 +110,7 @@ class Backend(ABC):
     @abstractmethod
     def nodes(self) -> builtins.list[dict[str, Any]]:
         """Hosts with their GPUs and what is allocated on them (for `top`)."""
+
+    def capabilities(self) -> Capabilities:
+        """What this backend can run here; a backend that does not say declares nothing."""
+        return Capabilities()

@@ -36,7 +36,7 @@ from ._diskspace import mount_point
 from ._jobfiles import JobFiles
 from ._logread import read_logs, tail_view
 from ._processes import kill_job_processes, same_process
-from .base import Backend
+from .base import Backend, Capabilities
 
 ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
 # Interpreter options that take no value; -W and -X take one; -m, -c and - run no file.
@@ -481,6 +481,29 @@ class LocalBackend(Backend):
         return tail_view(JobFiles(Path(record.job_dir or "")).log_path(rank), lines)
 
     # ---- hosts --------------------------------------------------------------------------
+    def capabilities(self) -> Capabilities:
+        """Processes always; containers when an engine answers now (its flavour named);
+        whole and fractional GPUs; the data schemes workbench.data mounts on one host."""
+        from ..data.urls import IN_PLACE, OBJECT_STORES
+        from ._container_engine import connect, engine_flavour, resolve_runtime
+
+        runtimes, flavours = ["process"], []
+        runtime, url, _why = resolve_runtime("auto")
+        if runtime == "container" and url is not None:
+            try:
+                flavours.append(engine_flavour(connect(url, timeout=5)))
+                runtimes.append("container")
+            except Exception:  # an engine that stopped answering since the ping: no containers
+                pass
+        # pvc:// (CLUSTER_ONLY) needs a cluster: not here.
+        schemes = sorted({*OBJECT_STORES, *(s for s in IN_PLACE if s)})
+        return Capabilities(
+            runtimes=tuple(runtimes),
+            gpu_modes=("whole", "fractional"),
+            data_schemes=tuple(schemes),
+            flavours=tuple(flavours),
+        )
+
     def nodes(self) -> builtins.list[dict[str, Any]]:
         """This host: its GPUs (or why none) and which jobs hold them."""
         from ..monitor import LIVE_KEYS, gpu_inventory, live_figures

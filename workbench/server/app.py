@@ -15,6 +15,7 @@ from ..settings import Settings
 from ._gpu import GpuMonitor
 from .events import EventHub, EventStreamHandler
 from .handlers import (
+    BackendsHandler,
     DatasetsHandler,
     GpusHandler,
     ImagesHandler,
@@ -193,6 +194,7 @@ class WorkbenchApp(ExtensionApp):
             (f"{API}/jobs/{JOB}/rerun", JobRerunHandler),
             (f"{API}/gpus", GpusHandler),
             (f"{API}/nodes", NodesHandler),
+            (f"{API}/backends", BackendsHandler),
             (f"{API}/datasets", DatasetsHandler),
             (f"{API}/images", ImagesHandler),
             (f"{API}/specs", SpecsHandler),

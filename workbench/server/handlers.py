@@ -420,6 +420,16 @@ class NodesHandler(WorkbenchHandler):
         self.reply({"nodes": await self.call(self.manager.nodes, backend)})
 
 
+class BackendsHandler(WorkbenchHandler):
+    """GET every backend the registry knows, with its capabilities."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """{"backends": [{name, default, capabilities, error, hint}]}."""
+        self.reply({"backends": await self.call(self.manager.backends)})
+
+
 class DatasetsHandler(WorkbenchHandler):
     """GET a listing of a data URL (s3://, oss://, a local path) through workbench.data."""
 
