@@ -14,6 +14,14 @@ import sys
 import time
 
 
+def say(text: str) -> None:
+    """Print one line in one write: under torchrun several ranks share a worker's output,
+    and print() (text, then "\\n" as a second write when stdout is unbuffered) lets their
+    lines run together."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--epochs", type=int, default=3)
@@ -57,17 +65,14 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-        print(
-            f"rank {rank} step {step}/{total} epoch {(step - 1) // args.steps + 1} loss {loss.item():.6f}",
-            flush=True,
+        say(
+            f"rank {rank} step {step}/{total} epoch {(step - 1) // args.steps + 1} loss {loss.item():.6f}"
         )
         run.log(step=step, total=total, loss=loss.item())  # rank 0's curve in the job widget
 
     flat = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
     digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
-    print(
-        f"rank {rank} done in {time.time() - start:.2f}s world {world} params {digest}", flush=True
-    )
+    say(f"rank {rank} done in {time.time() - start:.2f}s world {world} params {digest}")
     if args.save and rank == 0:
         torch.save(model.state_dict(), args.save)
     if world > 1:
