@@ -18,10 +18,31 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# podman, runc, debootstrap and chromium for the container and browser tests: installed
-# when missing (as root, with apt-get), or the exact command to run is printed.
+# System packages the tests need, installed when missing (as root, with apt-get) and said
+# so; otherwise the exact apt-get line is printed and make stops:
+#   podman + runc   the container runtime tests (Podman serving the Docker Engine API; runc
+#                   because crun fails here, see tests/containers/containers.conf)
+#   debootstrap     builds the containers' base image offline (no registry is reachable)
+#   chromium        the browser tests drive JupyterLab in Debian's chromium via Playwright
+SYSTEM_DEPS := podman:podman runc:runc debootstrap:debootstrap chromium:chromium \
+	chromedriver:chromium-driver
+APT := DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300
+
 system-deps:
-	@bash .ci/system-deps
+	@missing=""; for pair in $(SYSTEM_DEPS); do \
+	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then \
+	  echo "system-deps: podman, runc, debootstrap and chromium are installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "system-deps: installing what the tests need and this machine lacks:$$missing"; \
+	  $(APT) update && $(APT) install -y $$missing >/dev/null && \
+	  echo "system-deps: installed$$missing"; \
+	else \
+	  echo "system-deps: the tests need system packages this machine lacks:$$missing" >&2; \
+	  echo "system-deps: install them with:  sudo apt-get install -y$$missing" >&2; \
+	  exit 1; \
+	fi
 
 demo: setup
 	@echo "== a 2-worker DDP training on the local backend (WORKBENCH_HOME=$(DEMO_HOME))"

@@ -62,16 +62,6 @@ class LedgerBackend(Backend):
         self.calls.append(("get", name))
         return self._record(name)
 
-    def list(
-        self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[JobRecord]:
-        """This backend's jobs, newest first."""
-        return self.store.list(status=status, backend=self.name, limit=limit, offset=offset)
-
-    def count(self, status: builtins.list[str] | None = None) -> int:
-        """How many of this backend's jobs."""
-        return self.store.count(status, backend=self.name)
-
     def reconcile(self) -> int:
         """Nothing runs, so nothing drifts."""
         self.calls.append(("reconcile", ""))

@@ -84,6 +84,17 @@ class Lab:
         """The URL that opens ``path`` (relative to root) in Lab, logged in by token."""
         return f"{self.url}/lab/tree/{path}?token={self.token}"
 
+    def run_first_cells(self, page: Any, path: str) -> Any:
+        """Open ``path``, run its first two cells (load the extension, then the magic) and
+        return the second cell's locator."""
+        page.goto(self.open_url(path))
+        # The execution indicator says idle before the kernel connects; the status bar does not.
+        page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60_000)
+        page.locator(".jp-Cell").nth(0).click()
+        page.keyboard.press("Shift+Enter")
+        page.keyboard.press("Shift+Enter")
+        return page.locator(".jp-Cell").nth(1)
+
     def log_text(self) -> str:
         """The server's output so far (for failure messages)."""
         return self.log.read_text(errors="replace")[-4000:]

@@ -75,12 +75,7 @@ cell => ({
 @pytest.mark.slow
 def test_gpu_monitor_in_jupyterlab(jupyter_lab: Lab, browser_page: Any, tmp_path: Path) -> None:
     page = browser_page
-    page.goto(jupyter_lab.open_url(_notebook(jupyter_lab.root)))
-    page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60_000)
-    page.locator(".jp-Cell").nth(0).click()
-    page.keyboard.press("Shift+Enter")
-    page.keyboard.press("Shift+Enter")
-    cell = page.locator(".jp-Cell").nth(1)
+    cell = jupyter_lab.run_first_cells(page, _notebook(jupyter_lab.root))
     try:
         cell.locator('ul[data-alerts="1"] li[data-kind="temperature"]').wait_for(timeout=60_000)
         page.wait_for_function(

@@ -150,13 +150,7 @@ def test_job_widget_in_jupyterlab(
     jupyter_lab: Lab, browser_page: Any, manager: JobManager, tmp_path: Path
 ) -> None:
     page = browser_page
-    page.goto(jupyter_lab.open_url(_notebook(jupyter_lab.root)))
-    # The execution indicator says idle before the kernel connects; the status bar does not.
-    page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60_000)
-    page.locator(".jp-Cell").nth(0).click()
-    page.keyboard.press("Shift+Enter")
-    page.keyboard.press("Shift+Enter")
-    cell = page.locator(".jp-Cell").nth(1)
+    cell = jupyter_lab.run_first_cells(page, _notebook(jupyter_lab.root))
     step = f"rank 0 step {FIRST}/{TOTAL}"
     try:
         cell.locator("[data-lines]", has_text=step).wait_for(timeout=60_000)

@@ -3,7 +3,7 @@
 The session fixture builds the images the tests need (cached by tag, see images.py) and
 starts ``podman system service`` on a socket in a temp dir, stopped by PID at the end.
 Without podman the tests fail with the fix, never skip: the container runtime is a product
-feature, and `make test` installs podman (.ci/system-deps).
+feature, and `make test` installs podman (its system-deps target).
 """
 
 from __future__ import annotations

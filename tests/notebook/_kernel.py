@@ -104,3 +104,14 @@ class Kernel:
         """Shut the kernel down."""
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=True)
+
+
+def output_text(output: Any) -> str:
+    """The text a saved notebook output shows (stream, plain-text result, traceback)."""
+    if output.output_type == "stream":
+        return str(output.text)
+    if output.output_type in ("execute_result", "display_data"):
+        return str(output.data.get("text/plain", ""))
+    if output.output_type == "error":
+        return "\n".join(output.traceback)
+    return ""

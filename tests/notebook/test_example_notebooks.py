@@ -14,6 +14,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.notebook._kernel import output_text
 from workbench.manager import JobManager
 from workbench.monitor import sampler as sampler_mod
 
@@ -27,22 +28,12 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 pytestmark = pytest.mark.slow
 
 
-def _text(output: Any) -> str:
-    if output.output_type == "stream":
-        return str(output.text)
-    if output.output_type in ("execute_result", "display_data"):
-        return str(output.data.get("text/plain", ""))
-    if output.output_type == "error":
-        return "\n".join(output.traceback)
-    return ""
-
-
 class Ran:
     """An executed notebook: its cells' text outputs and its stored widget state."""
 
     def __init__(self, nb: Any) -> None:
         self.nb = nb
-        self.text = "\n".join(_text(o) for c in nb.cells for o in c.get("outputs", []))
+        self.text = "\n".join(output_text(o) for c in nb.cells for o in c.get("outputs", []))
         self.widgets: dict[str, Any] = (
             nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
         )

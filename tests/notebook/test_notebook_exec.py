@@ -9,22 +9,13 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from tests.notebook._kernel import output_text
 from workbench.manager import JobManager
 
 from ..conftest import ROOT
 
 NOTEBOOK = ROOT / "notebooks" / "train_ddp_magics.ipynb"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-
-
-def _text(output: nbformat.NotebookNode) -> str:
-    if output.output_type == "stream":
-        return str(output.text)
-    if output.output_type in ("execute_result", "display_data"):
-        return str(output.data.get("text/plain", ""))
-    if output.output_type == "error":
-        return "\n".join(output.traceback)
-    return ""
 
 
 @pytest.mark.slow
@@ -41,7 +32,9 @@ def test_example_notebook_runs_in_a_real_kernel(
     )  # fmt: skip
     client.execute()
 
-    outputs = {i: [_text(o) for o in cell.get("outputs", [])] for i, cell in enumerate(nb.cells)}
+    outputs = {
+        i: [output_text(o) for o in cell.get("outputs", [])] for i, cell in enumerate(nb.cells)
+    }
     everything = "\n".join(t for texts in outputs.values() for t in texts)
     assert "Error" not in everything and "Traceback" not in everything, everything
 

@@ -37,7 +37,6 @@ from ._container_engine import (
     docker_sdk,
     gpu_options,
 )
-from ._jobfiles import JobFiles
 
 # Set by the supervisor for every rank on top of the host env; these pass into containers.
 RUNTIME_ENV = ("PYTHONUNBUFFERED", "CUDA_DEVICE_ORDER")
@@ -159,7 +158,6 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
     job_dir = environ["WORKBENCH_JOB_DIR"]
     plan = ContainerPlan.load(job_dir)
     spec = TrainSpec.from_yaml(Path(job_dir) / "spec.yaml")
-    secret = JobFiles(Path(job_dir)).read_secret_env()
     cwd = os.getcwd()
     docker = docker_sdk()
     grace = max(1, int(float(environ.get("WORKBENCH_STOP_GRACE", "10")) * 0.6))
@@ -180,7 +178,8 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
             image=plan.image,
             command=argv,
             name=f"wb-{args.job}-r{args.rank}-p{args.proc}-a{args.attempt}",
-            environment=container_env(environ, spec, set(spec.env) | set(secret)),
+            # spec.yaml keeps every env name (credentials masked); the values come from environ.
+            environment=container_env(environ, spec, set(spec.env)),
             volumes=volumes(spec, environ, job_dir, cwd, argv),
             working_dir=cwd,
             labels=labels,

@@ -75,14 +75,6 @@ class JobFiles:
             return {"env": data}
         return data
 
-    def write_secret_env(self, env: dict[str, str]) -> None:
-        """Credentials go to a file only the user can read, never into the spec."""
-        self.write_secrets({"env": env})
-
-    def read_secret_env(self) -> dict[str, str]:
-        """The env credentials saved at submit (empty when none)."""
-        return dict(self.read_secrets().get("env") or {})
-
     def plan_snapshot(
         self, command: list[str], working_dir: str | None
     ) -> dict[int, tuple[Path, Path]]:

@@ -58,16 +58,6 @@ class Backend(ABC):
         """The current record; raises JobNotFoundError."""
 
     @abstractmethod
-    def list(
-        self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[JobRecord]:
-        """Jobs, newest first."""
-
-    @abstractmethod
-    def count(self, status: builtins.list[str] | None = None) -> int:
-        """How many jobs (optionally only in these states)."""
-
-    @abstractmethod
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Stop every process of the job; ``wait <= 0`` returns at once after asking (the
         backend finishes the stop on its own), else returns once the job is terminal."""

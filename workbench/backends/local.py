@@ -301,17 +301,6 @@ class LocalBackend(Backend):
             record = self.store.get(name) or record
         return record
 
-    def list(
-        self, status: list[str] | None = None, limit: int | None = None, offset: int = 0
-    ) -> list[JobRecord]:
-        """Jobs, newest first; active ones are reconciled first."""
-        self.reconcile()
-        return self.store.list(status=status, backend=self.name, limit=limit, offset=offset)
-
-    def count(self, status: builtins.list[str] | None = None) -> int:
-        """How many jobs (optionally only in these states)."""
-        return self.store.count(status, backend=self.name)
-
     def reconcile(self) -> int:
         """Fail every active job whose supervisor is gone; how many. Cheap (the active rows
         and a PID check each), so the server's watcher runs it every tick."""
