@@ -115,6 +115,24 @@ def test_mount_forms():
         spec(data=["/x:../escape"]).validate()
 
 
+@pytest.mark.parametrize(
+    "bad", ["s3://AKID:Sekret9@bucket/x", "s3://AKID:Sekret9@bucket", "nas://h:2049/x"]
+)
+def test_a_mount_without_destination_never_splits_inside_the_url_authority(bad):
+    # The colon of user:secret@ or host:port is not the SRC:DST colon: before the fix the
+    # first case parsed as src "s3://AKID", dst "Sekret9@bucket/x" (the secret in clear).
+    with pytest.raises(SpecError) as e:
+        Mount.parse(bad)
+    assert e.value.field == "data" and "SRC:DST" in str(e.value)
+    assert "Sekret9" not in str(e.value)
+
+
+def test_colons_inside_the_authority_still_allow_a_destination():
+    assert Mount.parse("s3://AKID:Sekret9@bucket/x:/d").dst == "/d"
+    assert Mount.parse("nas://h:2049/x:/d:rw") == Mount("nas://h:2049/x", "/d", "rw")
+    assert Mount.parse("s3://bucket:/d") == Mount("s3://bucket", "/d", "ro")
+
+
 def test_command_string_is_split_like_a_shell():
     assert spec(command="python train.py --name 'a b'").command == [
         "python",

@@ -134,6 +134,16 @@ class Mount:
             if raw.endswith(":" + m):
                 raw, mode = raw[: -len(m) - 1], m
         src, sep, dst = raw.rpartition(":")
+        # A URL's authority may hold colons of its own (user:secret@host, host:port). A
+        # colon inside it followed by "...@" or a port is not the SRC:DST colon: there is
+        # no DST. Without this "s3://KEY:SECRET@bucket/x" put SECRET in DST, in clear.
+        scheme = re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", raw)
+        if scheme and sep:
+            authority_end = raw.find("/", scheme.end())
+            head = dst.split("/", 1)[0]
+            inside = authority_end < 0 or len(src) < authority_end
+            if inside and ("@" in head or head.isdigit()):
+                sep = ""
         if not sep or not src or not dst or src.endswith(":/") or dst.startswith("//"):
             raise SpecError(
                 field_name,
