@@ -27,18 +27,26 @@ from typing import Any
 import psutil
 
 from ..catalog import Catalog, load_catalog
-from ..errors import JobNotFoundError, MonitorUnavailableError, SpecError, SubmitError
+from ..errors import (
+    BackendUnavailableError,
+    JobNotFoundError,
+    MonitorUnavailableError,
+    SpecError,
+    SubmitError,
+)
+from ..plan import Placement as PlanPlacement
+from ..plan import Plan
 from ..settings import Settings, make_private_dir
-from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
+from ..spec import ACTIVE_STATUSES, JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _placement
 from ._diskspace import mount_point
 from ._jobfiles import JobFiles
 from ._logread import read_logs, tail_view
 from ._processes import kill_job_processes, same_process
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, GpuHolder, GpuInfo, NodeInfo, NodeJob
 
-ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
+ACTIVE = list(ACTIVE_STATUSES)  # Pending, Running, Cancelling
 # Interpreter options that take no value; -W and -X take one; -m, -c and - run no file.
 _PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
 _SH_FLAGS = {"-e", "-x", "-u", "-v", "-eu", "-ex", "-eux", "-o"}
@@ -84,31 +92,132 @@ class LocalBackend(Backend):
         # test, a script) opens the same file under the same home.
         self.store = store if store is not None else JobStore(self.home / "jobs.db")
 
-    # ---- submit -------------------------------------------------------------------------
-    def submit(self, spec: TrainSpec) -> JobRecord:
-        """Validate, snapshot, record Pending, start the detached supervisor; returns at once."""
+    # ---- admit / launch -------------------------------------------------------------------
+    options = {
+        "runtime": "process | container: run the workers this way instead of the automatic "
+        "choice (containers when an engine answers)",
+    }
+
+    def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``runtime`` (process | container) only; anything else names the valid keys."""
+        options = super().validate_options(options)
+        runtime = options.get("runtime")
+        if "runtime" in options and runtime not in ("process", "container"):
+            raise SpecError(
+                "backend_options.runtime",
+                f"unknown runtime {runtime!r}",
+                "use process or container",
+            )
+        return options
+
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Every check LocalBackend makes and where each rank would run; creates nothing."""
         spec.validate(self.catalog)
+        options = self.validate_options(spec.backend_options)
+        if options.get("runtime") and spec.runtime not in ("auto", options["runtime"]):
+            raise SpecError(
+                "backend_options.runtime",
+                f"is {options['runtime']} but the spec's runtime is {spec.runtime}",
+                "give one of them",
+            )
         spec.working_dir = str(Path(spec.working_dir or os.getcwd()).resolve())
         if not Path(spec.working_dir).is_dir():
             raise SpecError(
                 "working_dir", f"{spec.working_dir} is not a directory", "create it or pick another"
             )
-        from ._container_engine import plan_job
-
-        # Engine, image and GPU pass-through are checked here, before anything starts.
-        plan = plan_job(spec, spec.image_ref(self.catalog))  # None: workers run as processes
-        if plan is None:
+        image = spec.image_ref(self.catalog)
+        container = self._container_plan(spec, image, options.get("runtime"))
+        if container is None:
             self._check_program(spec)
-        if spec.name is None:
-            spec.name = self._new_name(spec)
-        elif self.store.exists(spec.name):
+        generated = spec.name is None
+        name = self._new_name(spec) if generated else spec.name
+        assert name is not None
+        if not generated and self.store.exists(name):
             raise SpecError(
                 "name",
-                f"a job named {spec.name!r} already exists",
-                f"pick another --name, or `workbench delete {spec.name}` first",
+                f"a job named {name!r} already exists",
+                f"pick another --name, or `workbench delete {name}` first",
             )
-        self._check_gpus(spec)
+        warnings: builtins.list[str] = []
+        placement = self._plan_placement(spec, warnings)
         self._check_mounts(spec)
+        if container is None and spec.runtime != "process" and "runtime" not in options:
+            warnings.append(
+                f"no container engine answers: image {spec.image} is not pulled; the workers "
+                f"run as local processes in {sys.prefix}"
+            )
+        elif container is not None and container.pull:
+            warnings.append(f"image {image} is not on this machine: the first rank pulls it")
+        plan = Plan(
+            backend=self.name,
+            name=name,
+            spec=spec,
+            runtime="process" if container is None else "container",
+            image=image,
+            # This host's price, as configured (0 by default): the catalogue's are the cloud's.
+            price_per_hour=self.settings.local_price_per_hour,
+            placement=placement,
+            warnings=warnings,
+            backend_state={"container": container, "generated_name": generated},
+        )
+        return plan
+
+    def _container_plan(self, spec: TrainSpec, image: str, forced: str | None) -> Any:
+        """The engine, image and GPU pass-through checks (None: workers run as processes)."""
+        from ._container_engine import plan_job
+
+        if forced is None:
+            return plan_job(spec, image)
+        try:
+            return plan_job(spec, image, runtime=forced)
+        except BackendUnavailableError as e:  # the option asked for what is not here
+            why = e.detail.removesuffix(f"; {e.hint}" if e.hint else "")
+            why = why.removeprefix("--runtime container, but ")
+            raise SpecError(
+                "backend_options.runtime",
+                f"is container, but {why}",
+                "start Docker or `podman system service` (or set DOCKER_HOST), "
+                "or use runtime=process",
+            ) from None
+
+    def _plan_placement(
+        self, spec: TrainSpec, warnings: builtins.list[str]
+    ) -> builtins.list[PlanPlacement]:
+        """Each rank on this host, with the GPUs it would get if it started now (the
+        supervisor places it for real, under the placement lock, when it starts)."""
+        host = socket.gethostname()
+        capacity = self._check_gpus(spec)
+        alloc: builtins.list[builtins.list[int]] | None = [[] for _ in range(spec.workers)]
+        if spec.gpus > 0:
+            used = _placement.usage(
+                [
+                    (float(json.loads(r["spec_json"]).get("gpus", 0)), r["details"]["gpu_alloc"])
+                    for r in self.store.active_rows(backend=self.name)
+                    if r["details"].get("gpu_alloc")
+                ]
+            )
+            alloc = _placement.place(spec.gpus, spec.workers, capacity, used)
+            if alloc is None:
+                warnings.append(
+                    f"the GPUs are busy now: the job waits (Pending, Queued) until "
+                    f"{spec.gpus:g} x {spec.workers} are free"
+                )
+        return [
+            PlanPlacement(
+                rank=rank,
+                node=host,
+                gpu_devices=",".join(str(i) for i in alloc[rank]) or None if alloc else None,
+            )
+            for rank in range(spec.workers)
+        ]
+
+    def launch(self, plan: Plan) -> JobRecord:
+        """Snapshot, record Pending, start the detached supervisor; returns at once."""
+        if plan.backend != self.name:
+            raise SubmitError(self.name, f"the plan is for backend {plan.backend!r}")
+        spec = plan.spec
+        spec.name = plan.name
+        container = plan.backend_state.get("container")
         files = JobFiles(self.home / "jobs" / spec.name)
         snapshot = files.plan_snapshot(spec.command, spec.working_dir)
         # A rerun names another job's snapshot copies: run its own copies instead, so the
@@ -123,10 +232,9 @@ class LocalBackend(Backend):
             status=JobStatus.PENDING,
             backend=self.name,
             spec=safe.to_dict(),
-            image=spec.image_ref(self.catalog),
-            runtime="process" if plan is None else "container",
-            # This host's price, as configured (0 by default): the catalogue's are the cloud's.
-            price_per_hour=self.settings.local_price_per_hour,
+            image=plan.image,
+            runtime=plan.runtime,
+            price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
             events=[
                 JobEvent(
@@ -135,8 +243,9 @@ class LocalBackend(Backend):
                     f"{spec.workers} worker(s) x {spec.procs_per_worker} process(es); image "
                     + (
                         f"{spec.image} runs as local processes in {sys.prefix} (no container engine)"
-                        if plan is None
-                        else f"{plan.image} runs as containers on {plan.flavour} ({plan.engine})"
+                        if container is None
+                        else f"{container.image} runs as containers on {container.flavour} "
+                        f"({container.engine})"
                     ),
                 )
             ],
@@ -156,8 +265,8 @@ class LocalBackend(Backend):
                         "pick another --name or remove that folder",
                     ) from None
                 created = True
-                if plan is not None:
-                    plan.save(files.dir)
+                if container is not None:
+                    container.save(files.dir)
                 files.write_spec(safe)
                 files.write_secrets(spec.secrets())  # real mount URLs and env values: 0600 only
                 files.take_snapshot(snapshot)
@@ -259,9 +368,10 @@ class LocalBackend(Backend):
                     "check the name, or pass --workdir with the folder that holds it",
                 )
 
-    def _check_gpus(self, spec: TrainSpec) -> None:
+    def _check_gpus(self, spec: TrainSpec) -> builtins.list[int]:
+        """This host's GPU indices, when the job asks for GPUs and could ever fit on them."""
         if spec.gpus <= 0:
-            return
+            return []
         try:
             from ..monitor import gpu_inventory
 
@@ -278,6 +388,7 @@ class LocalBackend(Backend):
                 f"the job needs {spec.gpus:g} GPU(s) x {spec.workers} worker(s) but this host has "
                 f"{len(host)} GPU(s) in all; lower --workers/--gpus",
             )
+        return host
 
     def _check_mounts(self, spec: TrainSpec) -> None:
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
@@ -367,13 +478,23 @@ class LocalBackend(Backend):
 
     # ---- cancel / delete ----------------------------------------------------------------
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Ask the supervisor to stop the gang. ``wait <= 0`` returns at once with the
-        current record (the supervisor escalates to SIGKILL after stop_grace itself);
-        otherwise waits until every process is gone."""
+        """Ask the supervisor to stop the gang: the job is Cancelling until the supervisor
+        records Cancelled. ``wait <= 0`` returns at once with the Cancelling record (the
+        supervisor escalates to SIGKILL after stop_grace itself); otherwise waits until
+        every process is gone."""
         record = self.get(name)
         if record.status.terminal:
             return record
-        self.store.update(name, cancel_requested=1)
+        # Recorded before anything is signalled, so every reader sees the stop under way.
+        self.store.request_cancel(
+            name,
+            JobEvent(
+                time.time(),
+                "Cancelling",
+                f"cancel requested; every process stops within {self.settings.stop_grace:g} s",
+                "warning",
+            ),
+        )
         row = self.store.row(name) or {"details": {}}
         pid, ctime = row["details"].get("supervisor_pid"), row["details"].get("supervisor_ctime")
         if pid and same_process(pid, ctime):
@@ -493,17 +614,16 @@ class LocalBackend(Backend):
             flavours=tuple(flavours),
         )
 
-    def nodes(self) -> builtins.list[dict[str, Any]]:
+    def nodes(self) -> builtins.list[NodeInfo]:
         """This host: its GPUs (or why none) and which jobs hold them."""
-        from ..monitor import LIVE_KEYS, gpu_inventory, live_figures
+        from ..monitor import gpu_inventory, live_figures
 
-        gpus: builtins.list[dict[str, Any]] = []
         reason = None
         try:
             inventory = gpu_inventory()
         except MonitorUnavailableError as e:
             inventory, reason = [], e.reason
-        holders: dict[int, builtins.list[dict[str, Any]]] = {g.index: [] for g in inventory}
+        holders: dict[int, builtins.list[GpuHolder]] = {g.index: [] for g in inventory}
         jobs = []
         for row in self.store.active_rows(backend=self.name):  # this host's jobs only
             spec = json.loads(row["spec_json"])
@@ -511,39 +631,29 @@ class LocalBackend(Backend):
             share = float(spec.get("gpus", 0))
             for rank, indices in enumerate(alloc):
                 for i in indices:
-                    holders.setdefault(i, []).append(
-                        {"job": row["name"], "rank": rank, "share": min(share, 1.0)}
-                    )
-            jobs.append(
-                {
-                    "name": row["name"],
-                    "status": row["status"],
-                    "gpus": share * int(spec.get("workers", 1)),
-                }
-            )
+                    holders.setdefault(i, []).append(GpuHolder(row["name"], rank, min(share, 1.0)))
+            jobs.append(NodeJob(row["name"], row["status"], share * int(spec.get("workers", 1))))
         live = live_figures() if inventory else {}  # the host sampler's latest figures
-        for g in inventory:
-            used = sum(h["share"] for h in holders.get(g.index, []))
-            gpus.append(
-                {
-                    "index": g.index,
-                    "uuid": g.uuid,
-                    "name": g.name,
-                    "memory_total": g.memory_total,
-                    "allocated": used,
-                    "holders": holders[g.index],
-                }
+        gpus = [
+            GpuInfo(
+                index=g.index,
+                uuid=g.uuid,
+                name=g.name,
+                memory_total=g.memory_total,
+                allocated=sum(h.share for h in holders[g.index]),
+                holders=tuple(holders[g.index]),
+                **live.get(g.index, {}),  # None where unknown
             )
-            gpus[-1].update(live.get(g.index, dict.fromkeys(LIVE_KEYS)))  # None where unknown
-        mem = psutil.virtual_memory()
+            for g in inventory
+        ]
         return [
-            {
-                "name": socket.gethostname(),
-                "backend": self.name,
-                "cpu_count": os.cpu_count(),
-                "memory_total": mem.total,
-                "gpus": gpus,
-                "gpu_reason": reason,
-                "active_jobs": jobs,
-            }
+            NodeInfo(
+                name=socket.gethostname(),
+                backend=self.name,
+                cpu_count=os.cpu_count(),
+                memory_total=psutil.virtual_memory().total,
+                gpus=tuple(gpus),
+                gpu_reason=reason,
+                active_jobs=tuple(jobs),
+            )
         ]
