@@ -28,18 +28,16 @@ import psutil
 
 from ..catalog import Catalog, load_catalog
 from ..errors import (
-    BackendUnavailableError,
     JobNotFoundError,
     MonitorUnavailableError,
     SpecError,
     SubmitError,
 )
-from ..plan import Placement as PlanPlacement
 from ..plan import Plan
 from ..settings import Settings, make_private_dir
 from ..spec import ACTIVE_STATUSES, JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
-from . import _placement
+from ._admission import check_program, container_plan, plan_placement
 from ._diskspace import mount_point
 from ._jobfiles import JobFiles
 from ._logread import read_logs, tail_view
@@ -47,29 +45,6 @@ from ._processes import kill_job_processes, same_process
 from .base import Backend, Capabilities, GpuHolder, GpuInfo, NodeInfo, NodeJob
 
 ACTIVE = list(ACTIVE_STATUSES)  # Pending, Running, Cancelling
-# Interpreter options that take no value; -W and -X take one; -m, -c and - run no file.
-_PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
-_SH_FLAGS = {"-e", "-x", "-u", "-v", "-eu", "-ex", "-eux", "-o"}
-
-
-def _script_arg(command: list[str]) -> str | None:
-    """The script file a ``python``/``bash`` command runs, or None (``-m``, ``-c``, other)."""
-    prog = Path(command[0]).name
-    if prog.startswith("python"):
-        flags, valued = _PY_FLAGS, {"-W", "-X"}
-    elif prog in ("bash", "sh"):
-        flags, valued = _SH_FLAGS - {"-o"}, {"-o"}
-    else:
-        return None
-    args = iter(command[1:])
-    for arg in args:
-        if arg in flags:
-            continue
-        if arg in valued:
-            next(args, None)
-            continue
-        return None if arg.startswith("-") else arg
-    return None
 
 
 class LocalBackend(Backend):
@@ -126,9 +101,9 @@ class LocalBackend(Backend):
                 "working_dir", f"{spec.working_dir} is not a directory", "create it or pick another"
             )
         image = spec.image_ref(self.catalog)
-        container = self._container_plan(spec, image, options.get("runtime"))
+        container = container_plan(spec, image, options.get("runtime"))
         if container is None:
-            self._check_program(spec)
+            check_program(spec)
         generated = spec.name is None
         name = self._new_name(spec) if generated else spec.name
         assert name is not None
@@ -139,7 +114,7 @@ class LocalBackend(Backend):
                 f"pick another --name, or `workbench delete {name}` first",
             )
         warnings: builtins.list[str] = []
-        placement = self._plan_placement(spec, warnings)
+        placement = plan_placement(spec, self.store, self.name, warnings)
         self._check_mounts(spec)
         if container is None and spec.runtime != "process" and "runtime" not in options:
             warnings.append(
@@ -158,58 +133,9 @@ class LocalBackend(Backend):
             price_per_hour=self.settings.local_price_per_hour,
             placement=placement,
             warnings=warnings,
-            backend_state={"container": container, "generated_name": generated},
+            backend_state={"container": container},  # launch saves it in the job folder
         )
         return plan
-
-    def _container_plan(self, spec: TrainSpec, image: str, forced: str | None) -> Any:
-        """The engine, image and GPU pass-through checks (None: workers run as processes)."""
-        from ._container_engine import plan_job
-
-        if forced is None:
-            return plan_job(spec, image)
-        try:
-            return plan_job(spec, image, runtime=forced)
-        except BackendUnavailableError as e:  # the option asked for what is not here
-            why = e.detail.removesuffix(f"; {e.hint}" if e.hint else "")
-            why = why.removeprefix("--runtime container, but ")
-            raise SpecError(
-                "backend_options.runtime",
-                f"is container, but {why}",
-                "start Docker or `podman system service` (or set DOCKER_HOST), "
-                "or use runtime=process",
-            ) from None
-
-    def _plan_placement(
-        self, spec: TrainSpec, warnings: builtins.list[str]
-    ) -> builtins.list[PlanPlacement]:
-        """Each rank on this host, with the GPUs it would get if it started now (the
-        supervisor places it for real, under the placement lock, when it starts)."""
-        host = socket.gethostname()
-        capacity = self._check_gpus(spec)
-        alloc: builtins.list[builtins.list[int]] | None = [[] for _ in range(spec.workers)]
-        if spec.gpus > 0:
-            used = _placement.usage(
-                [
-                    (float(json.loads(r["spec_json"]).get("gpus", 0)), r["details"]["gpu_alloc"])
-                    for r in self.store.active_rows(backend=self.name)
-                    if r["details"].get("gpu_alloc")
-                ]
-            )
-            alloc = _placement.place(spec.gpus, spec.workers, capacity, used)
-            if alloc is None:
-                warnings.append(
-                    f"the GPUs are busy now: the job waits (Pending, Queued) until "
-                    f"{spec.gpus:g} x {spec.workers} are free"
-                )
-        return [
-            PlanPlacement(
-                rank=rank,
-                node=host,
-                gpu_devices=",".join(str(i) for i in alloc[rank]) or None if alloc else None,
-            )
-            for rank in range(spec.workers)
-        ]
 
     def launch(self, plan: Plan) -> JobRecord:
         """Snapshot, record Pending, start the detached supervisor; returns at once."""
@@ -337,58 +263,6 @@ class LocalBackend(Backend):
             name = f"{stem}-{secrets.token_hex(3)[:5]}"
             if not self.store.exists(name):
                 return name
-
-    def _check_program(self, spec: TrainSpec) -> None:
-        prog = spec.command[0]
-        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        if os.sep in prog:
-            target = (
-                Path(prog) if Path(prog).is_absolute() else Path(spec.working_dir or ".") / prog
-            )
-            if not target.exists():
-                raise SpecError(
-                    "command", f"{prog!r} does not exist in {spec.working_dir}", "check the path"
-                )
-        elif shutil.which(prog, path=path) is None:
-            raise SpecError(
-                "command",
-                f"{prog!r} is not on PATH",
-                "install it or give the full path, e.g. python train.py",
-            )
-        script = _script_arg(spec.command)
-        if script is not None:
-            target = Path(script) if Path(script).is_absolute() else Path(spec.working_dir or ".")
-            if not Path(script).is_absolute():
-                target = target / script
-            if not target.is_file():
-                # Caught here, not as the job's exit 2 ("can't open file") a moment later.
-                raise SpecError(
-                    "command",
-                    f"script {script!r} does not exist in {spec.working_dir}",
-                    "check the name, or pass --workdir with the folder that holds it",
-                )
-
-    def _check_gpus(self, spec: TrainSpec) -> builtins.list[int]:
-        """This host's GPU indices, when the job asks for GPUs and could ever fit on them."""
-        if spec.gpus <= 0:
-            return []
-        try:
-            from ..monitor import gpu_inventory
-
-            host = [g.index for g in gpu_inventory()]
-        except MonitorUnavailableError as e:
-            raise SubmitError(
-                self.name,
-                f"the job asks for {spec.gpus:g} GPU(s) per worker but this host cannot give any: "
-                f"{e.reason}. Use --gpus 0 to run on CPU, or submit to a cluster backend",
-            ) from None
-        if _placement.place(spec.gpus, spec.workers, host, {}) is None:
-            raise SubmitError(
-                self.name,
-                f"the job needs {spec.gpus:g} GPU(s) x {spec.workers} worker(s) but this host has "
-                f"{len(host)} GPU(s) in all; lower --workers/--gpus",
-            )
-        return host
 
     def _check_mounts(self, spec: TrainSpec) -> None:
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
