@@ -7,6 +7,7 @@ user previews is what runs. Standard library only (a core layer).
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,7 +107,7 @@ class Plan:
             f"Dry run: nothing was created. Job {self.name} would run on {self.backend}:",
             f"  Runtime:    {self.runtime}",
             f"  Image:      {self.image}",
-            f"  Command:    {' '.join(self.command())}",
+            f"  Command:    {shlex.join(self.command())}",
             f"  Workers:    {self.workers} x {self.procs_per_worker} process(es), {gpus}",
             f"  Price:      ${self.price_per_hour:.2f}/h per worker",
         ]
