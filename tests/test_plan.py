@@ -168,6 +168,15 @@ def test_no_secret_in_any_form_of_the_plan(manager, wb_home, s3, bucket, capsys)
     out = capsys.readouterr()
     assert code == 0, out.err
     forms["cli"] = out.out + out.err
+    code = main(
+        ["submit", "--dry-run", "-o", "json", "--workdir", str(SCRIPTS),
+         "--data", f"s3://AKIDPLAN:{key_secret}@{bucket}/train:inp", "--env", f"HF_TOKEN={TOKEN}",
+         "--", "python", "fail_rank.py", f"--db=postgres://u:{DB_PW}@db/x"]
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    forms["cli json"] = out.out + out.err
+    assert json.loads(out.out)["env_names"] == ["HF_TOKEN"]
     for where, text in forms.items():
         for secret in (key_secret, "AKIDPLAN", TOKEN, DB_PW):
             assert secret not in text, f"{secret!r} in the plan's {where}"
