@@ -37,7 +37,7 @@ def manager(wb_home: Path):
     """A JobManager on the private home; cancels whatever a test leaves running."""
     m = JobManager(Settings.load())
     yield m
-    for record in m.list(status=["Pending", "Running"]):
+    for record in m.list(status=["Pending", "Running", "Cancelling"]):
         m.cancel(record.name, wait=15)
 
 

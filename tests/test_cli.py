@@ -206,7 +206,7 @@ def test_list_status_filter_names_the_valid_states(capsys, manager):
     assert code == 2 and out == ""
     assert err.strip() == (
         "error: status: unknown status 'Bogus' "
-        "(use one of Pending, Running, Succeeded, Failed, Cancelled)"
+        "(use one of Pending, Running, Cancelling, Succeeded, Failed, Cancelled)"
     )
     code, out, _ = cli(capsys, "list", "--status", "running,PENDING")
     assert code == 0 and out.startswith("No jobs")

@@ -30,6 +30,7 @@ def test_page_and_counts(manager):
     assert manager.counts() == {
         "Pending": 0,
         "Running": 0,
+        "Cancelling": 0,
         "Succeeded": 3,
         "Failed": 4,
         "Cancelled": 0,

@@ -6,10 +6,11 @@ import os
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from .errors import WorkbenchError
 from .manager import JobManager
+from .plan import Plan
 from .spec import JobRecord, JobStatus, TrainSpec
 from .tables import describe, format_duration
 
@@ -145,15 +146,42 @@ class LogLines:
         p.text("\n".join(last))
 
 
+@overload
 def submit(
     command: str | list[str] | TrainSpec | None = None,
     *,
     file: str | Path | None = None,
     wait: bool = False,
+    dry_run: Literal[False] = False,
     manager: JobManager | None = None,
     **fields: Any,
-) -> Job:
-    """Submit a job: a command (string or argv), a TrainSpec, or a YAML ``file``; fields override."""
+) -> Job: ...
+
+
+@overload
+def submit(
+    command: str | list[str] | TrainSpec | None = None,
+    *,
+    file: str | Path | None = None,
+    wait: bool = False,
+    dry_run: Literal[True],
+    manager: JobManager | None = None,
+    **fields: Any,
+) -> Plan: ...
+
+
+def submit(
+    command: str | list[str] | TrainSpec | None = None,
+    *,
+    file: str | Path | None = None,
+    wait: bool = False,
+    dry_run: bool = False,
+    manager: JobManager | None = None,
+    **fields: Any,
+) -> Job | Plan:
+    """Submit a job: a command (string or argv), a TrainSpec, or a YAML ``file``; fields override.
+
+    With ``dry_run=True`` nothing is created: every check runs and the Plan comes back."""
     manager = manager or default_manager()
     if isinstance(command, TrainSpec):
         spec = command
@@ -166,6 +194,8 @@ def submit(
             data["command"] = command if isinstance(command, str) else list(command)
         data.update(fields)
         spec = TrainSpec.from_dict(data)
+    if dry_run:
+        return manager.admit(spec)
     record = manager.submit(spec)
     job = Job(record.name, manager, record)
     if wait:

@@ -13,7 +13,7 @@ from typing import Any
 from .backends.base import split_rank_prefix
 from .errors import SpecError, WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
-from .spec import parse_statuses
+from .spec import ACTIVE_STATUSES, parse_statuses
 from .tables import describe, format_duration, jobs_table, table, top_text
 from .wirejson import dumps_strict
 
@@ -158,6 +158,13 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
 
         base = TrainSpec.from_yaml(ns.file) if ns.file else None
         spec = spec_from_args(ns, command, base)
+        if ns.dry_run:  # every check, nothing created
+            plan = m.admit(spec)
+            if ns.fmt == "json":
+                _print_json(plan.to_dict())
+            else:
+                print(plan.describe())
+            return 0
         record = m.submit(spec)
         if ns.fmt == "json" and not ns.wait:
             _print_json(record.to_dict())
@@ -202,7 +209,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
     if verb in ("cancel", "stop"):
         for name in ns.names:
             record = m.cancel(name) if ns.wait else m.cancel(name, wait=0)
-            state = record.status.value if record.status.terminal else "stopping"
+            state = record.status.value
             print(f"job {name}: {state}")
         return 0
     if verb in ("delete", "rm"):
@@ -220,13 +227,13 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
     if verb == "top":
         nodes = m.nodes()
         if ns.what == "job":
-            records = m.list(status=["Pending", "Running"])
+            records = m.list(status=list(ACTIVE_STATUSES))
             if ns.fmt == "json":
                 _print_json([r.to_dict() for r in records])
             else:
                 print(jobs_table(records, wide=True))
         elif ns.fmt == "json":
-            _print_json(nodes)
+            _print_json([n.to_dict() for n in nodes])
         else:
             print(top_text(nodes))
         return 0
@@ -330,6 +337,9 @@ def _describe(r: Any) -> str:
         lines.append(f"Data:       {', '.join(s['data'])}")
     if s.get("env"):
         lines.append(f"Env:        {', '.join(f'{k}={v}' for k, v in s['env'].items())}")
+    if s.get("backend_options"):
+        opts = ", ".join(f"{k}={v}" for k, v in s["backend_options"].items())
+        lines.append(f"Options:    {opts} (backend_options)")
     if r.job_dir:
         lines.append(f"Job dir:    {r.job_dir}")
     if r.ranks:

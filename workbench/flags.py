@@ -94,6 +94,18 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", help="queue (Volcano/Kueue on cluster backends)")
     p.add_argument("--backend", help="where to run: local (default)")
     p.add_argument(
+        "--backend-opt",
+        action="append",
+        dest="backend_options",
+        metavar="KEY=VALUE",
+        help="an option of the chosen backend (repeatable), e.g. runtime=process (local)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run every check and show where the job would run; create nothing",
+    )
+    p.add_argument(
         "--runtime",
         choices=["auto", "process", "container"],
         help="local backend: workers as containers (Docker/Podman) or processes; "
@@ -113,6 +125,21 @@ def parse_env(items: list[str] | None) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SpecError("env", f"{show(item)} is not K=V", "write --env NAME=value")
+        out[key] = value
+    return out
+
+
+def parse_backend_options(items: list[str] | None) -> dict[str, str]:
+    """``["KEY=VALUE", ...]`` -> dict; the backend checks names and values in admit()."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SpecError(
+                "backend_options",
+                f"{show(item)} is not KEY=VALUE",
+                "e.g. --backend-opt runtime=process",
+            )
         out[key] = value
     return out
 
@@ -164,6 +191,11 @@ def spec_from_args(
         data["outputs"] = list(data.get("outputs") or []) + parse_outputs(ns.outputs)
     if getattr(ns, "env", None):
         data["env"] = {**(data.get("env") or {}), **parse_env(ns.env)}
+    if getattr(ns, "backend_options", None):
+        data["backend_options"] = {
+            **(data.get("backend_options") or {}),
+            **parse_backend_options(ns.backend_options),
+        }
     command = normalise_command(command)
     if command:
         data["command"] = command

@@ -25,7 +25,8 @@ from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class
 from .api import Job, default_manager
 from .errors import WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
-from .spec import JobStatus, TrainSpec
+from .plan import Plan
+from .spec import ACTIVE_STATUSES, JobStatus, TrainSpec
 from .tables import jobs_table, top_text
 
 LOG_TAIL = 200  # lines %gpu_logs prints without --tail: a cell (and a browser) stays responsive
@@ -114,6 +115,13 @@ def parse_train(
     line: str, cell: str | None, home: str | Path, default_name: str | None = None
 ) -> tuple[TrainSpec, bool]:
     """``%gpu_train`` line (and cell) -> (spec, wait); bad input raises UsageError."""
+    spec, ns = _parse_train(line, cell, home, default_name)
+    return spec, bool(ns.wait)
+
+
+def _parse_train(
+    line: str, cell: str | None, home: str | Path, default_name: str | None = None
+) -> tuple[TrainSpec, argparse.Namespace]:
     args = _split(line, "gpu_train")
     args, command = split_command(args)  # the CLI's rule: everything after -- is the program
     ns = train_parser().parse_args(args)
@@ -139,7 +147,7 @@ def parse_train(
         )
     try:
         base = TrainSpec.from_yaml(ns.file) if ns.file else None
-        return spec_from_args(ns, command, base), bool(ns.wait)
+        return spec_from_args(ns, command, base), ns
     except WorkbenchError as e:
         raise _user_error("gpu_train", e) from None
 
@@ -149,8 +157,9 @@ class WorkbenchMagics(Magics):
     """The ``%gpu_*`` magics."""
 
     @line_cell_magic
-    def gpu_train(self, line: str, cell: str | None = None) -> Job:
-        """Submit a job (the CLI's flags); in a cell magic the body is the script."""
+    def gpu_train(self, line: str, cell: str | None = None) -> Job | Plan:
+        """Submit a job (the CLI's flags); in a cell magic the body is the script.
+        With ``--dry-run``: check it and return the Plan (shown as text); nothing is made."""
         manager = default_manager()
         name = None
         if cell is not None:
@@ -159,7 +168,14 @@ class WorkbenchMagics(Magics):
             shell: Any = self.shell
             number = len(shell.history_manager.input_hist_raw) - 1
             name = cell_job_name(notebook_stem(shell.user_ns), number)
-        spec, wait = parse_train(line, cell, manager.settings.home, default_name=name)
+        spec, ns = _parse_train(line, cell, manager.settings.home, default_name=name)
+        wait = bool(ns.wait)
+        if ns.dry_run:
+            try:
+                plan = manager.admit(spec)
+            except WorkbenchError as e:
+                raise _user_error("gpu_train", e) from None
+            return plan  # a cell shows it as text (Plan._repr_pretty_)
         try:
             record = manager.submit(spec)
         except WorkbenchError as e:  # SpecError names the flag; SubmitError says why
@@ -292,7 +308,7 @@ class WorkbenchMagics(Magics):
 
         m = default_manager()
         if ns.what == "job":
-            print(jobs_table(m.list(status=["Pending", "Running"]), wide=True))
+            print(jobs_table(m.list(status=list(ACTIVE_STATUSES)), wide=True))
         else:
             print(top_text(m.nodes()))
 

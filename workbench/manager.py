@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from .backends import backend_names, load_backend
-from .backends.base import Backend
+from .backends.base import Backend, NodeInfo
 from .catalog import Catalog, load_catalog
 from .errors import BackendUnavailableError, JobNotFoundError, SpecError
+from .plan import Plan
 from .settings import Settings, make_private_dir
 from .spec import JobRecord, JobStatus, TrainSpec
 from .store import JobStore
@@ -43,10 +44,19 @@ class JobManager:
             )
         return self._backends[name]
 
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Every check and the placement of ``spec`` on its backend, creating nothing: what
+        ``submit`` would do (``--dry-run`` shows it)."""
+        spec.validate(self.catalog, backends=backend_names())
+        return self.backend(spec.backend).admit(spec)
+
+    def launch(self, plan: Plan) -> JobRecord:
+        """Carry out a plan from :meth:`admit`; returns the job's Pending record."""
+        return self.backend(plan.backend).launch(plan)
+
     def submit(self, spec: TrainSpec) -> JobRecord:
         """Validate and start a job; returns its Pending record."""
-        spec.validate(self.catalog, backends=backend_names())
-        return self.backend(spec.backend).submit(spec)
+        return self.launch(self.admit(spec))
 
     def _find(self, name: str) -> Backend:
         """The backend that runs job ``name``, from its row's backend column (no probing)."""
@@ -180,8 +190,8 @@ class JobManager:
             return {"scalars": [], "gpu": []}
         return read_job_metrics(record.job_dir, limit=limit)
 
-    def nodes(self, backend: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Hosts with GPUs and allocations."""
+    def nodes(self, backend: str | None = None) -> builtins.list[NodeInfo]:
+        """Hosts (nodes) with their GPUs and allocations."""
         return self.backend(backend).nodes()
 
     def backends(self) -> builtins.list[dict[str, Any]]:

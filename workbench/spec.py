@@ -74,6 +74,7 @@ class JobStatus(str, enum.Enum):
 
     PENDING = "Pending"
     RUNNING = "Running"
+    CANCELLING = "Cancelling"  # cancel asked, the stop is under way (not terminal)
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     CANCELLED = "Cancelled"
@@ -82,6 +83,15 @@ class JobStatus(str, enum.Enum):
     def terminal(self) -> bool:
         """True once the job can change no more."""
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+    @property
+    def active(self) -> bool:
+        """True while the job may still run (Pending, Running or Cancelling)."""
+        return not self.terminal
+
+
+# Every status that is not terminal, in the order a job passes them.
+ACTIVE_STATUSES = tuple(s.value for s in JobStatus if not s.terminal)
 
 
 def parse_statuses(values: list[str]) -> list[str] | None:
@@ -191,6 +201,9 @@ class TrainSpec:
     # How the local backend runs workers: auto (containers when an engine answers),
     # process or container. Cluster backends always run containers.
     runtime: str = "auto"
+    # Options only the chosen backend understands (local: runtime; Kubernetes: namespace,
+    # flavour, tolerations ...): the backend validates them in admit().
+    backend_options: dict[str, Any] = field(default_factory=dict)
 
     # Accepted on input for people who know Arena/Kubeflow spellings.
     ALIASES = {
@@ -261,6 +274,10 @@ class TrainSpec:
                 f"must be a mapping of NAME to value, got {kind(values['env'])}",
                 "e.g. LR=0.1",
             )
+        if values.get("backend_options") is None:
+            values.pop("backend_options", None)
+        else:
+            values["backend_options"] = _checked_options(values["backend_options"])
         if "timeout" in values:
             values["timeout"] = parse_duration(values["timeout"])
         spec = cls(**values)
@@ -292,6 +309,8 @@ class TrainSpec:
                 value = dict(value)
             elif f.name == "command":
                 value = list(value)
+            elif f.name == "backend_options":
+                value = dict(value)
             out[f.name] = value
         return out
 
@@ -445,6 +464,7 @@ class TrainSpec:
                 f"unknown runtime {show(self.runtime)}",
                 f"use one of {', '.join(RUNTIMES)}",
             )
+        self.backend_options = _checked_options(self.backend_options)
         if self.backend is not None and backends and self.backend not in backends:
             raise SpecError(
                 "backend",
@@ -492,6 +512,35 @@ class TrainSpec:
     def world_size(self) -> int:
         """Processes in the whole job."""
         return self.workers * (self.procs_per_worker or 1)
+
+
+def _checked_options(options: Any) -> dict[str, Any]:
+    """``backend_options``'s shape: a small mapping of option name to a plain value. What the
+    names and values mean is the backend's to check (``Backend.validate_options``)."""
+    if not isinstance(options, dict):
+        raise SpecError(
+            "backend_options",
+            f"must be a mapping of option to value, got {kind(options)}",
+            "e.g. --backend-opt runtime=process",
+        )
+    if len(options) > MAX_MOUNTS:
+        raise SpecError("backend_options", f"has {len(options)} entries, at most {MAX_MOUNTS}")
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]{0,63}", key):
+            raise SpecError(
+                "backend_options",
+                f"{show(key)} is not an option name",
+                "use letters, digits, '_', '.' and '-'",
+            )
+        if isinstance(value, str):
+            check_text(value, f"backend_options.{key}", MAX_STRING)
+        elif not (value is None or isinstance(value, (bool, int, float, list, dict))):
+            raise SpecError(
+                f"backend_options.{key}", f"must be plain data, got {kind(value)}", "give text"
+            )
+        out[key] = value
+    return out
 
 
 def _mount_from(value: Any, field_name: str) -> Mount:

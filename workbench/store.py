@@ -24,12 +24,14 @@ from typing import Any, TypeVar
 
 from ._store_schema import VERSION, migrate, schema_version
 from .errors import BackendUnavailableError
-from .spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState
+from .spec import ACTIVE_STATUSES, JobEvent, JobRecord, JobStatus, RankRecord, RankState
 
 # Seconds a writer waits for another process's lock before giving up (tests shorten it).
 TIMEOUT_ENV = "WORKBENCH_DB_TIMEOUT"
-ACTIVE = (JobStatus.PENDING.value, JobStatus.RUNNING.value)
+ACTIVE = ACTIVE_STATUSES  # Pending, Running, Cancelling
+_IN_ACTIVE = f"({','.join('?' * len(ACTIVE))})"
 F = TypeVar("F", bound=Callable[..., Any])
+_BEFORE_CANCELLING = (JobStatus.PENDING, JobStatus.RUNNING)
 
 JOB_COLUMNS = (
     "status",
@@ -249,7 +251,7 @@ class JobStore:
     @_translated
     def active_backends(self) -> builtins.list[str]:
         """Backends with a job still Pending or Running (the ones worth reconciling)."""
-        q = "SELECT DISTINCT backend FROM jobs WHERE status IN (?, ?) ORDER BY backend"
+        q = f"SELECT DISTINCT backend FROM jobs WHERE status IN {_IN_ACTIVE} ORDER BY backend"
         return [str(r[0]) for r in self._conn().execute(q, ACTIVE)]
 
     @_translated
@@ -269,6 +271,12 @@ class JobStore:
             if columns or details:
                 values = [c.value if isinstance(c, JobStatus) else c for c in columns.values()]
                 sets = [f"{k}=?" for k in columns]
+                if JobStatus(columns.get("status", "Failed")) in _BEFORE_CANCELLING:
+                    # A stop under way is never undone by a late "Running" (a supervisor
+                    # that started its ranks as the cancel came in).
+                    sets[list(columns).index("status")] = (
+                        "status=CASE WHEN status='Cancelling' THEN status ELSE ? END"
+                    )
                 if details:
                     sets.append("details=json_patch(details, ?)")
                     values.append(json.dumps(details))
@@ -285,7 +293,8 @@ class JobStore:
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE jobs SET status=?, message=?, finished_at=? WHERE name=? AND status IN (?,?)",
+                "UPDATE jobs SET status=?, message=?, finished_at=? WHERE name=? AND status IN "
+                + _IN_ACTIVE,
                 (status.value, message, now, name, *ACTIVE),
             )
             if cur.rowcount == 0:
@@ -299,6 +308,25 @@ class JobStore:
         return True
 
     @_translated
+    def request_cancel(self, name: str, event: JobEvent) -> bool:
+        """Mark a Pending/Running job Cancelling (cancel_requested set, ``event`` added) in
+        one transaction; False when it had already ended or was already Cancelling."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET status=?, cancel_requested=1 WHERE name=? AND status IN (?,?)",
+                (
+                    JobStatus.CANCELLING.value,
+                    name,
+                    JobStatus.PENDING.value,
+                    JobStatus.RUNNING.value,
+                ),
+            )
+            if cur.rowcount == 0:
+                return False
+            self._add_event(db, name, event)
+        return True
+
+    @_translated
     def row(self, name: str) -> dict[str, Any] | None:
         """The raw job row, ``details`` decoded (for the job's backend)."""
         r = self._conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
@@ -307,7 +335,7 @@ class JobStore:
     @_translated
     def active_rows(self, backend: str | None = None) -> list[dict[str, Any]]:
         """Raw rows (``details`` decoded) of jobs not yet finished, of one backend or all."""
-        q = "SELECT * FROM jobs WHERE status IN (?, ?)"
+        q = f"SELECT * FROM jobs WHERE status IN {_IN_ACTIVE}"
         args: tuple[str, ...] = ACTIVE
         if backend is not None:
             q, args = q + " AND backend=?", (*ACTIVE, backend)

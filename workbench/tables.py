@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .spec import JobRecord
+
+if TYPE_CHECKING:  # tables stay importable without the backends package loaded
+    from .backends.base import GpuInfo, NodeInfo
 
 __all__ = [
     "TOP_GPU_COLUMNS",
@@ -84,42 +87,40 @@ def jobs_table(records: Sequence[JobRecord], wide: bool = False) -> str:
     return table(headers, rows)
 
 
-def top_text(nodes: list[dict[str, Any]]) -> str:
+def top_text(nodes: Sequence[NodeInfo]) -> str:
     """`top node`: per host its CPUs and memory, a row per GPU, and the active jobs."""
     out = []
     for n in nodes:
-        out.append(
-            f"Host {n['name']} ({n['backend']}): {n['cpu_count']} vCPU, "
-            f"{n['memory_total'] / 2**30:.1f} GiB memory"
-        )
-        if n["gpu_reason"]:
-            out.append(f"  GPUs: none - {n['gpu_reason']}")
+        memory = "?" if n.memory_total is None else f"{n.memory_total / 2**30:.1f}"
+        out.append(f"Host {n.name} ({n.backend}): {n.cpu_count or '?'} vCPU, {memory} GiB memory")
+        if n.gpu_reason:
+            out.append(f"  GPUs: none - {n.gpu_reason}")
         else:
             rows = []
-            for g in n["gpus"]:
-                holders = ", ".join(f"{h['job']}/{h['rank']}" for h in g["holders"]) or "-"
+            for g in n.gpus:
+                holders = ", ".join(f"{h.job}/{h.rank}" for h in g.holders) or "-"
                 rows.append(
                     (
-                        str(g["index"]),
-                        g["name"],
-                        f"{g['memory_total'] / 2**30:.0f} GiB",
+                        str(g.index),
+                        g.name,
+                        f"{g.memory_total / 2**30:.0f} GiB",
                         *gpu_figures(g),
-                        f"{g['allocated']:g}",
+                        f"{g.allocated:g}",
                         holders,
                     )
                 )
             out += ["  " + ln for ln in table(TOP_GPU_COLUMNS, rows).splitlines()]
-        jobs = n["active_jobs"]
+        jobs = n.active_jobs
         out.append(
             f"  Active jobs: {len(jobs)}"
-            + (": " + ", ".join(f"{j['name']} ({j['status']})" for j in jobs) if jobs else "")
+            + (": " + ", ".join(f"{j.name} ({j.status})" for j in jobs) if jobs else "")
         )
     return "\n".join(out)
 
 
-def gpu_figures(g: dict[str, Any]) -> tuple[str, str, str]:
+def gpu_figures(g: GpuInfo) -> tuple[str, str, str]:
     """Live utilisation, memory used and temperature of one GPU for `top` ("-" if unknown)."""
-    util, used, temp = g.get("utilization"), g.get("memory_used"), g.get("temperature")
+    util, used, temp = g.utilization, g.memory_used, g.temperature
     return (
         "-" if util is None else f"{util:.0f}%",
         "-" if used is None else f"{used / 2**30:.1f} GiB",

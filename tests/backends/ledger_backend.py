@@ -8,11 +8,11 @@ import builtins
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
-from workbench.backends.base import Backend, rank_prefixed
+from workbench.backends.base import Backend, NodeInfo, rank_prefixed
 from workbench.catalog import Catalog
 from workbench.errors import JobNotFoundError, SpecError
+from workbench.plan import Plan
 from workbench.settings import Settings
 from workbench.spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from workbench.store import JobStore
@@ -40,22 +40,33 @@ class LedgerBackend(Backend):
             raise JobNotFoundError(self.name, name)
         return record
 
-    def submit(self, spec: TrainSpec) -> JobRecord:
-        """Record the job Pending, with a made-up object name in its details."""
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Check the name only (a ledger has room for everything); nothing is written."""
         assert spec.name is not None
-        self.calls.append(("submit", spec.name))
+        self.validate_options(spec.backend_options)
+        self.calls.append(("admit", spec.name))
+        if self.store.exists(spec.name):
+            raise SpecError("name", f"a job named {spec.name!r} already exists", "pick another")
+        return Plan(
+            backend=self.name, name=spec.name, spec=spec, runtime="ledger", image=spec.image
+        )
+
+    def launch(self, plan: Plan) -> JobRecord:
+        """Record the job Pending, with a made-up object name in its details."""
+        spec = plan.spec
+        self.calls.append(("submit", plan.name))
         self.store.insert(
             JobRecord(
-                name=spec.name,
+                name=plan.name,
                 status=JobStatus.PENDING,
                 backend=self.name,
                 spec=spec.redacted().to_dict(),
                 image=spec.image,
-                details={"object": f"ledger/{spec.name}"},
+                details={"object": f"ledger/{plan.name}"},
                 events=[JobEvent(time.time(), "Submitted", "noted in the ledger")],
             )
         )
-        return self._record(spec.name)
+        return self._record(plan.name)
 
     def get(self, name: str) -> JobRecord:
         """The stored record."""
@@ -107,6 +118,6 @@ class LedgerBackend(Backend):
         spec.name = None
         return spec
 
-    def nodes(self) -> builtins.list[dict[str, Any]]:
+    def nodes(self) -> builtins.list[NodeInfo]:
         """No hosts."""
         return []

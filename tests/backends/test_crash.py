@@ -207,7 +207,7 @@ def test_cli_cancel_no_wait_returns_at_once_and_the_supervisor_finishes(manager)
     started = time.monotonic()
     out = cli("cancel", "--no-wait", "stub", env=grace)
     took = time.monotonic() - started
-    assert out.returncode == 0 and out.stdout.strip() == "job stub: stopping", out
+    assert out.returncode == 0 and out.stdout.strip() == "job stub: Cancelling", out
     assert took < 8, f"cancel --no-wait took {took:.1f} s (grace 10 s)"
     done = manager.wait("stub", timeout=60)
     assert done.status is JobStatus.CANCELLED

@@ -22,10 +22,13 @@ HOST = {
 def test_nodes_carry_live_figures_none_where_unknown(wb_home, install_fake):
     install_fake(HOST, use_clock=False)
     [node] = LocalBackend(Settings.load()).nodes()
-    g0, g1 = node["gpus"]
-    assert (g0["utilization"], g0["memory_used"], g0["temperature"]) == (63.0, 6 * 2**30, 71.0)
-    assert (g1["utilization"], g1["temperature"]) == (None, None) and g1["memory_used"] == 0
-    assert node["gpu_reason"] is None
+    g0, g1 = node.gpus
+    assert (g0.utilization, g0.memory_used, g0.temperature) == (63.0, 6 * 2**30, 71.0)
+    assert (g1.utilization, g1.temperature) == (None, None) and g1.memory_used == 0
+    assert node.gpu_reason is None
+    assert [g.index for g in node.gpus] == [0, 1] and g0.name == "NVIDIA L4"
+    wire = node.to_dict()  # what `top -o json` and GET /nodes give
+    assert wire["gpus"][0]["temperature"] == 71.0 and wire["labels"] == {}
 
 
 def test_workbench_top_prints_them(wb_home, tmp_path):

@@ -33,7 +33,8 @@ async def test_gpus_report_the_monitor_state_without_a_gpu(jp_fetch):
 
 async def test_nodes_is_top(jp_fetch, manager):
     nodes = body(await jp_fetch("workbench", "api", "nodes"))["nodes"]
-    assert nodes == json.loads(json.dumps(manager.nodes()))  # the same view as `workbench top`
+    # the same view as `workbench top -o json`
+    assert nodes == json.loads(json.dumps([n.to_dict() for n in manager.nodes()]))
     assert nodes[0]["backend"] == "local" and nodes[0]["gpus"] == [] and nodes[0]["gpu_reason"]
 
 

@@ -142,9 +142,11 @@ def resolve_runtime(requested: str) -> tuple[str, str | None, str]:
     return "container", url, ""
 
 
-def plan_job(spec: Any, image_ref: str) -> ContainerPlan | None:
-    """The container plan for ``spec`` (None: it runs as processes); checks everything first."""
-    runtime, url, _ = resolve_runtime(getattr(spec, "runtime", "auto") or "auto")
+def plan_job(spec: Any, image_ref: str, runtime: str | None = None) -> ContainerPlan | None:
+    """The container plan for ``spec`` (None: it runs as processes); checks everything first.
+
+    ``runtime`` (a backend option) overrides the spec's ``runtime`` field."""
+    runtime, url, _ = resolve_runtime(runtime or getattr(spec, "runtime", "auto") or "auto")
     if runtime == "process" or url is None:
         return None
     docker = docker_sdk()

@@ -6,9 +6,11 @@ import builtins
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import SpecError
+from ..plan import Plan
 from ..spec import JobRecord, TrainSpec
 
 RANK_PREFIX = "[rank {rank}] "  # every-rank logs: one format for the CLI, magics and REST
@@ -44,14 +46,123 @@ class Capabilities:
         }
 
 
+@dataclass(frozen=True)
+class GpuHolder:
+    """A rank that holds (a share of) a GPU."""
+
+    job: str
+    rank: int
+    share: float  # 1.0 for a whole GPU, the fraction otherwise
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form (workbench.wireschema.GpuHolder)."""
+        return {"job": self.job, "rank": self.rank, "share": self.share}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU of a node, what is allocated on it, and its latest live figures."""
+
+    index: int
+    name: str
+    memory_total: int  # bytes
+    uuid: str | None = None
+    allocated: float = 0.0  # GPUs' worth held by jobs (1.0 = all of it)
+    holders: tuple[GpuHolder, ...] = ()
+    utilization: float | None = None  # percent; None where unknown
+    memory_used: float | None = None  # bytes
+    temperature: float | None = None  # degrees C
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form (workbench.wireschema.GpuInfo)."""
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "memory_total": self.memory_total,
+            "allocated": self.allocated,
+            "holders": [h.to_dict() for h in self.holders],
+            "utilization": self.utilization,
+            "memory_used": self.memory_used,
+            "temperature": self.temperature,
+        }
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """A job active on a node."""
+
+    name: str
+    status: str
+    gpus: float  # GPUs in the job
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form (workbench.wireschema.NodeJob)."""
+        return {"name": self.name, "status": self.status, "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A host (local) or cluster node: its CPUs, memory, GPUs and the jobs on it."""
+
+    name: str
+    backend: str
+    cpu_count: int | None = None
+    memory_total: int | None = None  # bytes
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_reason: str | None = None  # why there are no GPUs (no driver, NVML missing)
+    active_jobs: tuple[NodeJob, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)  # node labels (Kubernetes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Wire form (workbench.wireschema.NodeInfo), what `top` and GET /nodes show."""
+        return {
+            "name": self.name,
+            "backend": self.backend,
+            "cpu_count": self.cpu_count,
+            "memory_total": self.memory_total,
+            "gpus": [g.to_dict() for g in self.gpus],
+            "gpu_reason": self.gpu_reason,
+            "active_jobs": [j.to_dict() for j in self.active_jobs],
+            "labels": dict(self.labels),
+        }
+
+
 class Backend(ABC):
     """Runs TrainSpecs somewhere and reports on them."""
 
     name: str = "base"
+    # backend_options this backend accepts: name -> what it does (validate_options lists them).
+    options: dict[str, str] = {}
 
     @abstractmethod
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Every check and the placement decision for ``spec``, with no side effects: no
+        job object, row, folder or name reservation (the name is settled at launch)."""
+
+    @abstractmethod
+    def launch(self, plan: Plan) -> JobRecord:
+        """Carry out an admitted plan; returns at once with the Pending record."""
+
     def submit(self, spec: TrainSpec) -> JobRecord:
-        """Start a validated spec; returns at once with the Pending record."""
+        """Admit and launch ``spec``; returns at once with the Pending record."""
+        return self.launch(self.admit(spec))
+
+    def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """Check ``spec.backend_options`` against what this backend accepts; returns them.
+
+        The default refuses every key this backend does not declare in ``options``; a backend
+        with options checks their values too (overriding, then calling this).
+        """
+        for key in options:
+            if key not in self.options:
+                valid = ", ".join(sorted(self.options)) or "none"
+                raise SpecError(
+                    f"backend_options.{key}",
+                    f"is not an option of the {self.name} backend",
+                    f"valid options: {valid}",
+                )
+        return dict(options)
 
     @abstractmethod
     def get(self, name: str) -> JobRecord:
@@ -98,8 +209,8 @@ class Backend(ABC):
         """The exact spec (snapshot paths, credentials) to run ``name`` again."""
 
     @abstractmethod
-    def nodes(self) -> builtins.list[dict[str, Any]]:
-        """Hosts with their GPUs and what is allocated on them (for `top`)."""
+    def nodes(self) -> builtins.list[NodeInfo]:
+        """Hosts (nodes) with their GPUs and what is allocated on them (for `top`)."""
 
     def capabilities(self) -> Capabilities:
         """What this backend can run here; a backend that does not say declares nothing."""

@@ -27,41 +27,24 @@ from typing import Any
 import psutil
 
 from ..catalog import Catalog, load_catalog
-from ..errors import JobNotFoundError, MonitorUnavailableError, SpecError, SubmitError
+from ..errors import (
+    JobNotFoundError,
+    MonitorUnavailableError,
+    SpecError,
+    SubmitError,
+)
+from ..plan import Plan
 from ..settings import Settings, make_private_dir
-from ..spec import JobEvent, JobRecord, JobStatus, RankState, TrainSpec
+from ..spec import ACTIVE_STATUSES, JobEvent, JobRecord, JobStatus, RankState, TrainSpec
 from ..store import JobStore
-from . import _placement
+from ._admission import check_program, container_plan, plan_placement
 from ._diskspace import mount_point
 from ._jobfiles import JobFiles
 from ._logread import read_logs, tail_view
 from ._processes import kill_job_processes, same_process
-from .base import Backend, Capabilities
+from .base import Backend, Capabilities, GpuHolder, GpuInfo, NodeInfo, NodeJob
 
-ACTIVE = [JobStatus.PENDING.value, JobStatus.RUNNING.value]
-# Interpreter options that take no value; -W and -X take one; -m, -c and - run no file.
-_PY_FLAGS = {"-u", "-O", "-OO", "-B", "-E", "-s", "-S", "-I", "-b", "-bb", "-q", "-v", "-d", "-P"}
-_SH_FLAGS = {"-e", "-x", "-u", "-v", "-eu", "-ex", "-eux", "-o"}
-
-
-def _script_arg(command: list[str]) -> str | None:
-    """The script file a ``python``/``bash`` command runs, or None (``-m``, ``-c``, other)."""
-    prog = Path(command[0]).name
-    if prog.startswith("python"):
-        flags, valued = _PY_FLAGS, {"-W", "-X"}
-    elif prog in ("bash", "sh"):
-        flags, valued = _SH_FLAGS - {"-o"}, {"-o"}
-    else:
-        return None
-    args = iter(command[1:])
-    for arg in args:
-        if arg in flags:
-            continue
-        if arg in valued:
-            next(args, None)
-            continue
-        return None if arg.startswith("-") else arg
-    return None
+ACTIVE = list(ACTIVE_STATUSES)  # Pending, Running, Cancelling
 
 
 class LocalBackend(Backend):
@@ -84,31 +67,83 @@ class LocalBackend(Backend):
         # test, a script) opens the same file under the same home.
         self.store = store if store is not None else JobStore(self.home / "jobs.db")
 
-    # ---- submit -------------------------------------------------------------------------
-    def submit(self, spec: TrainSpec) -> JobRecord:
-        """Validate, snapshot, record Pending, start the detached supervisor; returns at once."""
+    # ---- admit / launch -------------------------------------------------------------------
+    options = {
+        "runtime": "process | container: run the workers this way instead of the automatic "
+        "choice (containers when an engine answers)",
+    }
+
+    def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """``runtime`` (process | container) only; anything else names the valid keys."""
+        options = super().validate_options(options)
+        runtime = options.get("runtime")
+        if "runtime" in options and runtime not in ("process", "container"):
+            raise SpecError(
+                "backend_options.runtime",
+                f"unknown runtime {runtime!r}",
+                "use process or container",
+            )
+        return options
+
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Every check LocalBackend makes and where each rank would run; creates nothing."""
         spec.validate(self.catalog)
+        options = self.validate_options(spec.backend_options)
+        if options.get("runtime") and spec.runtime not in ("auto", options["runtime"]):
+            raise SpecError(
+                "backend_options.runtime",
+                f"is {options['runtime']} but the spec's runtime is {spec.runtime}",
+                "give one of them",
+            )
         spec.working_dir = str(Path(spec.working_dir or os.getcwd()).resolve())
         if not Path(spec.working_dir).is_dir():
             raise SpecError(
                 "working_dir", f"{spec.working_dir} is not a directory", "create it or pick another"
             )
-        from ._container_engine import plan_job
-
-        # Engine, image and GPU pass-through are checked here, before anything starts.
-        plan = plan_job(spec, spec.image_ref(self.catalog))  # None: workers run as processes
-        if plan is None:
-            self._check_program(spec)
-        if spec.name is None:
-            spec.name = self._new_name(spec)
-        elif self.store.exists(spec.name):
+        image = spec.image_ref(self.catalog)
+        container = container_plan(spec, image, options.get("runtime"))
+        if container is None:
+            check_program(spec)
+        generated = spec.name is None
+        name = self._new_name(spec) if generated else spec.name
+        assert name is not None
+        if not generated and self.store.exists(name):
             raise SpecError(
                 "name",
-                f"a job named {spec.name!r} already exists",
-                f"pick another --name, or `workbench delete {spec.name}` first",
+                f"a job named {name!r} already exists",
+                f"pick another --name, or `workbench delete {name}` first",
             )
-        self._check_gpus(spec)
+        warnings: builtins.list[str] = []
+        placement = plan_placement(spec, self.store, self.name, warnings)
         self._check_mounts(spec)
+        if container is None and spec.runtime != "process" and "runtime" not in options:
+            warnings.append(
+                f"no container engine answers: image {spec.image} is not pulled; the workers "
+                f"run as local processes in {sys.prefix}"
+            )
+        elif container is not None and container.pull:
+            warnings.append(f"image {image} is not on this machine: the first rank pulls it")
+        plan = Plan(
+            backend=self.name,
+            name=name,
+            spec=spec,
+            runtime="process" if container is None else "container",
+            image=image,
+            # This host's price, as configured (0 by default): the catalogue's are the cloud's.
+            price_per_hour=self.settings.local_price_per_hour,
+            placement=placement,
+            warnings=warnings,
+            backend_state={"container": container},  # launch saves it in the job folder
+        )
+        return plan
+
+    def launch(self, plan: Plan) -> JobRecord:
+        """Snapshot, record Pending, start the detached supervisor; returns at once."""
+        if plan.backend != self.name:
+            raise SubmitError(self.name, f"the plan is for backend {plan.backend!r}")
+        spec = plan.spec
+        spec.name = plan.name
+        container = plan.backend_state.get("container")
         files = JobFiles(self.home / "jobs" / spec.name)
         snapshot = files.plan_snapshot(spec.command, spec.working_dir)
         # A rerun names another job's snapshot copies: run its own copies instead, so the
@@ -123,10 +158,9 @@ class LocalBackend(Backend):
             status=JobStatus.PENDING,
             backend=self.name,
             spec=safe.to_dict(),
-            image=spec.image_ref(self.catalog),
-            runtime="process" if plan is None else "container",
-            # This host's price, as configured (0 by default): the catalogue's are the cloud's.
-            price_per_hour=self.settings.local_price_per_hour,
+            image=plan.image,
+            runtime=plan.runtime,
+            price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
             events=[
                 JobEvent(
@@ -135,8 +169,9 @@ class LocalBackend(Backend):
                     f"{spec.workers} worker(s) x {spec.procs_per_worker} process(es); image "
                     + (
                         f"{spec.image} runs as local processes in {sys.prefix} (no container engine)"
-                        if plan is None
-                        else f"{plan.image} runs as containers on {plan.flavour} ({plan.engine})"
+                        if container is None
+                        else f"{container.image} runs as containers on {container.flavour} "
+                        f"({container.engine})"
                     ),
                 )
             ],
@@ -156,8 +191,8 @@ class LocalBackend(Backend):
                         "pick another --name or remove that folder",
                     ) from None
                 created = True
-                if plan is not None:
-                    plan.save(files.dir)
+                if container is not None:
+                    container.save(files.dir)
                 files.write_spec(safe)
                 files.write_secrets(spec.secrets())  # real mount URLs and env values: 0600 only
                 files.take_snapshot(snapshot)
@@ -228,56 +263,6 @@ class LocalBackend(Backend):
             name = f"{stem}-{secrets.token_hex(3)[:5]}"
             if not self.store.exists(name):
                 return name
-
-    def _check_program(self, spec: TrainSpec) -> None:
-        prog = spec.command[0]
-        path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-        if os.sep in prog:
-            target = (
-                Path(prog) if Path(prog).is_absolute() else Path(spec.working_dir or ".") / prog
-            )
-            if not target.exists():
-                raise SpecError(
-                    "command", f"{prog!r} does not exist in {spec.working_dir}", "check the path"
-                )
-        elif shutil.which(prog, path=path) is None:
-            raise SpecError(
-                "command",
-                f"{prog!r} is not on PATH",
-                "install it or give the full path, e.g. python train.py",
-            )
-        script = _script_arg(spec.command)
-        if script is not None:
-            target = Path(script) if Path(script).is_absolute() else Path(spec.working_dir or ".")
-            if not Path(script).is_absolute():
-                target = target / script
-            if not target.is_file():
-                # Caught here, not as the job's exit 2 ("can't open file") a moment later.
-                raise SpecError(
-                    "command",
-                    f"script {script!r} does not exist in {spec.working_dir}",
-                    "check the name, or pass --workdir with the folder that holds it",
-                )
-
-    def _check_gpus(self, spec: TrainSpec) -> None:
-        if spec.gpus <= 0:
-            return
-        try:
-            from ..monitor import gpu_inventory
-
-            host = [g.index for g in gpu_inventory()]
-        except MonitorUnavailableError as e:
-            raise SubmitError(
-                self.name,
-                f"the job asks for {spec.gpus:g} GPU(s) per worker but this host cannot give any: "
-                f"{e.reason}. Use --gpus 0 to run on CPU, or submit to a cluster backend",
-            ) from None
-        if _placement.place(spec.gpus, spec.workers, host, {}) is None:
-            raise SubmitError(
-                self.name,
-                f"the job needs {spec.gpus:g} GPU(s) x {spec.workers} worker(s) but this host has "
-                f"{len(host)} GPU(s) in all; lower --workers/--gpus",
-            )
 
     def _check_mounts(self, spec: TrainSpec) -> None:
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""
@@ -367,13 +352,23 @@ class LocalBackend(Backend):
 
     # ---- cancel / delete ----------------------------------------------------------------
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Ask the supervisor to stop the gang. ``wait <= 0`` returns at once with the
-        current record (the supervisor escalates to SIGKILL after stop_grace itself);
-        otherwise waits until every process is gone."""
+        """Ask the supervisor to stop the gang: the job is Cancelling until the supervisor
+        records Cancelled. ``wait <= 0`` returns at once with the Cancelling record (the
+        supervisor escalates to SIGKILL after stop_grace itself); otherwise waits until
+        every process is gone."""
         record = self.get(name)
         if record.status.terminal:
             return record
-        self.store.update(name, cancel_requested=1)
+        # Recorded before anything is signalled, so every reader sees the stop under way.
+        self.store.request_cancel(
+            name,
+            JobEvent(
+                time.time(),
+                "Cancelling",
+                f"cancel requested; every process stops within {self.settings.stop_grace:g} s",
+                "warning",
+            ),
+        )
         row = self.store.row(name) or {"details": {}}
         pid, ctime = row["details"].get("supervisor_pid"), row["details"].get("supervisor_ctime")
         if pid and same_process(pid, ctime):
@@ -493,17 +488,16 @@ class LocalBackend(Backend):
             flavours=tuple(flavours),
         )
 
-    def nodes(self) -> builtins.list[dict[str, Any]]:
+    def nodes(self) -> builtins.list[NodeInfo]:
         """This host: its GPUs (or why none) and which jobs hold them."""
-        from ..monitor import LIVE_KEYS, gpu_inventory, live_figures
+        from ..monitor import gpu_inventory, live_figures
 
-        gpus: builtins.list[dict[str, Any]] = []
         reason = None
         try:
             inventory = gpu_inventory()
         except MonitorUnavailableError as e:
             inventory, reason = [], e.reason
-        holders: dict[int, builtins.list[dict[str, Any]]] = {g.index: [] for g in inventory}
+        holders: dict[int, builtins.list[GpuHolder]] = {g.index: [] for g in inventory}
         jobs = []
         for row in self.store.active_rows(backend=self.name):  # this host's jobs only
             spec = json.loads(row["spec_json"])
@@ -511,39 +505,29 @@ class LocalBackend(Backend):
             share = float(spec.get("gpus", 0))
             for rank, indices in enumerate(alloc):
                 for i in indices:
-                    holders.setdefault(i, []).append(
-                        {"job": row["name"], "rank": rank, "share": min(share, 1.0)}
-                    )
-            jobs.append(
-                {
-                    "name": row["name"],
-                    "status": row["status"],
-                    "gpus": share * int(spec.get("workers", 1)),
-                }
-            )
+                    holders.setdefault(i, []).append(GpuHolder(row["name"], rank, min(share, 1.0)))
+            jobs.append(NodeJob(row["name"], row["status"], share * int(spec.get("workers", 1))))
         live = live_figures() if inventory else {}  # the host sampler's latest figures
-        for g in inventory:
-            used = sum(h["share"] for h in holders.get(g.index, []))
-            gpus.append(
-                {
-                    "index": g.index,
-                    "uuid": g.uuid,
-                    "name": g.name,
-                    "memory_total": g.memory_total,
-                    "allocated": used,
-                    "holders": holders[g.index],
-                }
+        gpus = [
+            GpuInfo(
+                index=g.index,
+                uuid=g.uuid,
+                name=g.name,
+                memory_total=g.memory_total,
+                allocated=sum(h.share for h in holders[g.index]),
+                holders=tuple(holders[g.index]),
+                **live.get(g.index, {}),  # None where unknown
             )
-            gpus[-1].update(live.get(g.index, dict.fromkeys(LIVE_KEYS)))  # None where unknown
-        mem = psutil.virtual_memory()
+            for g in inventory
+        ]
         return [
-            {
-                "name": socket.gethostname(),
-                "backend": self.name,
-                "cpu_count": os.cpu_count(),
-                "memory_total": mem.total,
-                "gpus": gpus,
-                "gpu_reason": reason,
-                "active_jobs": jobs,
-            }
+            NodeInfo(
+                name=socket.gethostname(),
+                backend=self.name,
+                cpu_count=os.cpu_count(),
+                memory_total=psutil.virtual_memory().total,
+                gpus=tuple(gpus),
+                gpu_reason=reason,
+                active_jobs=tuple(jobs),
+            )
         ]

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import MountError, SpecError
 from ..journal import JobJournal
 from ..settings import Settings
-from ..spec import JobEvent, JobStatus, Mount, TrainSpec
+from ..spec import ACTIVE_STATUSES, JobEvent, JobStatus, Mount, TrainSpec
 from .cache import ObjectCache, Progress, default_cache_dir
 from .urls import Store, describe_error, open_store, parse_url, redact, redact_url
 
@@ -102,7 +102,7 @@ def store_active(store: Any) -> Callable[[str], bool]:
 
     def active(name: str) -> bool:
         row = store.row(name)
-        return row is not None and row["status"] in ("Pending", "Running")
+        return row is not None and row["status"] in ACTIVE_STATUSES
 
     return active
 

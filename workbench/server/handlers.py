@@ -40,6 +40,7 @@ from ..errors import (
     WorkbenchError,
 )
 from ..manager import JobManager
+from ..plan import Plan
 from ..spec import JobRecord, TrainSpec, parse_statuses
 from ..wirejson import dumps_strict
 from ._gpu import GpuMonitor
@@ -253,15 +254,23 @@ class JobsHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def post(self) -> None:
-        """Submit the JSON TrainSpec in the body; 201 with the record and a Location."""
+        """Submit the JSON TrainSpec in the body; 201 with the record and a Location.
+        ?dry_run=true: every check and the placement, nothing created; 200 with the Plan."""
+        dry_run = self.bool_arg("dry_run")
         spec = self._spec(self.json_body())
+        if dry_run:
+            plan: Plan = await self.call(self.manager.admit, spec)
+            self.reply(plan.to_dict())
+            return
         record: JobRecord = await self.call(self.manager.submit, spec)
         self.set_header("Location", self.job_url(record.name))
         self.reply(record.to_dict(), status=201)
 
     def _spec(self, body: dict[str, Any]) -> TrainSpec:
         root = self.wb.root_dir
-        if self.wb.default_runtime and "runtime" not in body:
+        options = body.get("backend_options")
+        chosen = isinstance(options, dict) and "runtime" in options  # the option decides
+        if self.wb.default_runtime and "runtime" not in body and not chosen:
             body["runtime"] = self.wb.default_runtime
         spec = TrainSpec.from_dict(body, base_dir=root)
         if not spec.working_dir:
@@ -417,7 +426,8 @@ class NodesHandler(WorkbenchHandler):
     async def get(self) -> None:
         """?backend=NAME (default: the server's default backend)."""
         backend = self.get_argument("backend", None) or None
-        self.reply({"nodes": await self.call(self.manager.nodes, backend)})
+        nodes = await self.call(self.manager.nodes, backend)
+        self.reply({"nodes": [n.to_dict() for n in nodes]})
 
 
 class BackendsHandler(WorkbenchHandler):

@@ -19,6 +19,7 @@ from ._feed import Progress, Series
 STATUS_COLOURS = {
     "Pending": "#757575",
     "Running": "#1e88e5",
+    "Cancelling": "#fb8c00",  # the stop is under way
     "Succeeded": "#2e7d32",
     "Failed": "#e53935",
     "Cancelled": "#ef6c00",

@@ -222,7 +222,12 @@ class JobWidget(w.VBox):
 
 
 def _bar_style(status: str) -> str:
-    return {"Succeeded": "success", "Failed": "danger", "Cancelled": "warning"}.get(status, "info")
+    return {
+        "Succeeded": "success",
+        "Failed": "danger",
+        "Cancelled": "warning",
+        "Cancelling": "warning",
+    }.get(status, "info")
 
 
 def _gpu_reason() -> str:
