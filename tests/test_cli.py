@@ -96,7 +96,7 @@ def test_submit_wait_list_get_logs_json(capsys, wb_home):
     assert code == 1 and "Job bad: Failed" in out and "rank 0 exited with code 3" in out
     code, out, _ = cli(capsys, "list")
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "WORKERS", "GPUS", "AGE", "COST"]
+    assert lines[0].split() == ["NAME", "STATUS", "WORKERS", "GPUS(TOTAL)", "AGE", "COST"]
     assert [ln.split()[:3] for ln in lines[1:]] == [
         ["bad", "Failed", "1"],
         ["ok", "Succeeded", "2"],

@@ -32,16 +32,25 @@ def _d(text: str) -> Any:
 
 
 class RankRecord(TypedDict):
-    """One worker (rank) of the job's current attempt."""
+    """One worker (rank) of the job's current attempt: what every backend has, the
+    backend's own state under ``details``."""
 
     rank: Annotated[int, _d("the worker's rank, 0-based")]
     state: Annotated[RankStateName, _d("the rank's state within the current attempt")]
-    pid: Annotated[int | None, _d("the process ID (local backend), null before it starts")]
     exit_code: Annotated[int | None, _d("the exit code once ended, else null")]
+    restarts: Annotated[
+        int, _d("times this rank was started again (a gang restart restarts every rank)")
+    ]
+    node: Annotated[str | None, _d("the host (or cluster node) it runs on, null until known")]
     started_at: Annotated[float | None, _d("Unix time it started, or null")]
     finished_at: Annotated[float | None, _d("Unix time it ended, or null")]
-    gpus: Annotated[str | None, _d("the GPUs it was given (CUDA_VISIBLE_DEVICES), or null")]
-    details: Annotated[dict[str, Any], _d("backend-only state (local: pid, ctime; a pod name)")]
+    gpu_devices: Annotated[
+        str | None, _d("the GPUs it was given, as its CUDA_VISIBLE_DEVICES string, or null")
+    ]
+    details: Annotated[
+        dict[str, Any],
+        _d("backend-only state (local: pid, ctime, container_id; a pod name on Kubernetes)"),
+    ]
 
 
 class JobEvent(TypedDict):
@@ -54,31 +63,50 @@ class JobEvent(TypedDict):
 
 
 class JobRecord(TypedDict):
-    """The one wire model (JobRecord.to_dict(), mirrored by labextension/src/models.ts)."""
+    """The one wire model (JobRecord.to_dict()): what every backend has at the top level,
+    the backend's own state under ``details``."""
 
     name: Annotated[str, _d("the job's unique name")]
     status: Annotated[JobStatusName, _d("the job's state")]
+    message: Annotated[str | None, _d("why it is in its state, in plain words, or null")]
+    reason: Annotated[
+        str | None,
+        _d(
+            "a short CamelCase cause of the current status: the reason of the newest event"
+            " that changed it (Submitted, Queued, Started, Restarting, Succeeded, Cancelled,"
+            " NonZeroExit, DeadlineExceeded, SupervisorLost, DiskFull, ...), or null"
+        ),
+    ]
     backend: Annotated[str, _d("the backend that runs it, e.g. local")]
-    runtime: Annotated[str, _d("how the backend runs ranks, e.g. process or container")]
     image: Annotated[str, _d("the resolved image reference")]
-    spec: Annotated[dict[str, Any], _d("the submitted spec with secret env values redacted")]
+    spec: Annotated[dict[str, Any], _d("the submitted TrainSpec with secrets redacted")]
     created_at: Annotated[float, _d("Unix time it was submitted")]
     started_at: Annotated[float | None, _d("Unix time it started running, or null")]
     finished_at: Annotated[float | None, _d("Unix time it ended, or null")]
     elapsed: Annotated[float, _d("seconds it has run (0 before it starts)")]
     attempt: Annotated[int, _d("the current attempt, 1-based (retries add one)")]
+    restarts: Annotated[int, _d("times it was started again after a failure: attempt - 1")]
     max_retries: Annotated[int, _d("how many times a failed attempt is retried")]
-    message: Annotated[str, _d("why it is in its state (empty when nothing to say)")]
     price_per_hour: Annotated[float, _d("price per worker-hour")]
     cost: Annotated[float, _d("estimated cost so far: price x hours x workers")]
     workers: Annotated[int, _d("workers requested")]
     # null, not NaN/Infinity, when a stored spec (an older version's) is not finite: the
     # server writes strict JSON (wirejson.dumps_strict).
-    gpus: Annotated[
-        float | None, _d("GPUs in the job (GPUs per worker x workers); null if not finite")
+    gpus_per_worker: Annotated[
+        float | None,
+        _d("GPUs each worker has (the spec's gpus; a fraction shares one); null if not finite"),
     ]
-    job_dir: Annotated[str | None, _d("the local job folder, or null (local backend only)")]
-    details: Annotated[dict[str, Any], _d("backend-only state written by the job's backend")]
+    gpus_total: Annotated[
+        float | None, _d("GPUs in the whole job: gpus_per_worker x workers; null if not finite")
+    ]
+    node: Annotated[str | None, _d("the host or node that runs rank 0, null until known")]
+    details: Annotated[
+        dict[str, Any],
+        _d(
+            "backend-only state written by the job's backend (local: job_dir, runtime,"
+            " supervisor_pid, gpu_alloc; pod names on Kubernetes)"
+        ),
+    ]
     ranks: Annotated[list[RankRecord], _d("the workers of the current attempt")]
     events: Annotated[list[JobEvent], _d("what happened to the job, oldest first")]
 

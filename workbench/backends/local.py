@@ -128,6 +128,8 @@ class LocalBackend(Backend):
             # This host's price, as configured (0 by default): the catalogue's are the cloud's.
             price_per_hour=self.settings.local_price_per_hour,
             job_dir=str(files.dir),
+            # on the wire under details (runtime is this backend's concept, not every one's)
+            details={"runtime": "process" if plan is None else "container"},
             events=[
                 JobEvent(
                     time.time(),
@@ -518,7 +520,7 @@ class LocalBackend(Backend):
                 {
                     "name": row["name"],
                     "status": row["status"],
-                    "gpus": share * int(spec.get("workers", 1)),
+                    "gpus_total": share * int(spec.get("workers", 1)),
                 }
             )
         live = live_figures() if inventory else {}  # the host sampler's latest figures
