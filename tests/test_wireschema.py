@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -203,3 +206,129 @@ def test_one_name_for_gpus_per_worker_on_input_too() -> None:
 
     offer = load_catalog().spec("gpu.1x").to_dict()
     assert offer["gpus_per_worker"] == 1 and "gpus" not in offer
+
+
+# ---- typed payloads, the request body and the JSON dump --------------------------------
+
+
+def _json_bodies(openapi: dict) -> list[tuple[str, dict]]:
+    """(where, schema) of every JSON request and response body in the document."""
+    out = []
+    for path, item in openapi["paths"].items():
+        for method, op in item.items():
+            if not isinstance(op, dict) or "responses" not in op:
+                continue
+            bodies = [("request", op.get("requestBody", {}))]
+            bodies += [(code, r) for code, r in op["responses"].items()]
+            for code, node in bodies:
+                schema = node.get("content", {}).get("application/json", {}).get("schema")
+                if schema is not None:
+                    out.append((f"{method.upper()} {path} {code}", schema))
+    return out
+
+
+def test_no_payload_is_an_untyped_object() -> None:
+    """Every JSON body is a named, generated schema; an object without properties is only a
+    field meant to be open (spec, details, tags, history, env)."""
+    openapi = yaml.safe_load(OPENAPI.read_text())
+    for where, schema in _json_bodies(openapi):
+        assert set(schema) == {"$ref"}, f"{where}: inline schema {schema}"
+        assert schema["$ref"].removeprefix("#/components/schemas/") in wireschema.schemas()
+    for name, schema in wireschema.schemas().items():
+        assert schema.get("properties"), f"{name} has no properties"
+
+
+def test_train_spec_schema_names_every_field_the_server_accepts() -> None:
+    props = set(wireschema.schemas()["TrainSpec"]["properties"])
+    accepted = {f.name for f in dataclasses.fields(TrainSpec)} | set(TrainSpec.ALIASES)
+    assert props == accepted, (props - accepted, accepted - props)
+    assert wireschema.schemas()["TrainSpec"]["required"] == ["command"]
+
+
+def test_the_request_example_is_valid_for_the_schema_and_the_spec() -> None:
+    doc = {"components": {"schemas": wireschema.schemas()}}
+    (example,) = doc["components"]["schemas"]["TrainSpec"]["examples"]
+    jsonschema.validate(example, {"$ref": "#/components/schemas/TrainSpec", **doc})
+    spec = TrainSpec.from_dict(example).validate()
+    assert (spec.workers, spec.runtime) == (example["workers"], "process")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("workers", 0), ("workers", 1025), ("max_retries", -1), ("cpu", 0), ("gpus", -1),
+     ("name", "Not_DNS"), ("memory", "lots"), ("runtime", "vm"), ("framework", "jax"),
+     ("timeout", "soon"), ("env", {"1BAD": "x"}), ("command", [])],
+)  # fmt: skip
+def test_the_schema_bounds_agree_with_the_spec_checks(field, value) -> None:
+    """What the schema refuses, TrainSpec refuses too (bounds come from _spec_limits)."""
+    doc = {"components": {"schemas": wireschema.schemas()}}
+    validator = jsonschema.Draft202012Validator({"$ref": "#/components/schemas/TrainSpec", **doc})
+    data = {"command": ["true"], field: value}
+    assert not validator.is_valid(data)
+    with pytest.raises(SpecError) as info:
+        TrainSpec.from_dict(data).validate()
+    assert info.value.field.split(".")[0] == field
+
+
+def test_host_payload_enums_match_the_code() -> None:
+    from typing import get_args
+
+    from workbench import _wire_types
+    from workbench.catalog import FRAMEWORKS
+    from workbench.monitor._nvml import MonitorState
+    from workbench.server._gpu import UNAVAILABLE
+    from workbench.spec import RUNTIMES
+
+    assert get_args(_wire_types.MonitorStateName) == (*(s.value for s in MonitorState), UNAVAILABLE)
+    assert get_args(_wire_types.FrameworkName) == FRAMEWORKS
+    assert get_args(_wire_types.RuntimeName) == RUNTIMES
+
+
+def test_host_payloads_validate_what_the_code_writes() -> None:
+    """The catalogue, a GPU sample and an alert as their to_dict() writes them."""
+    from workbench.catalog import load_catalog
+    from workbench.monitor.alerts import Alert
+    from workbench.monitor.sampler import GpuSample
+
+    doc = {"components": {"schemas": wireschema.schemas()}}
+
+    def check(name: str, value: object) -> None:
+        jsonschema.validate(value, {"$ref": f"#/components/schemas/{name}", **doc})
+
+    catalog = load_catalog()
+    check("SpecList", {"specs": [s.to_dict() for s in catalog.specs.values()]})
+    check("ImageList", {"images": [dataclasses.asdict(i) for i in catalog.images.values()]})
+    sample = GpuSample(0, "GPU-1", "H100", time.time(), 50.0, 1, 2, 60.0,
+                       processes=[{"pid": 5, "memory": None}]).to_dict()  # fmt: skip
+    alert = Alert("temperature", 0, "GPU-1", "warning", "hot", 91.0, 85.0, time.time()).to_dict()
+    state = {"state": "ok", "reason": None, "gpus": [sample], "history": {"0": [sample]},
+             "alerts": [alert]}  # fmt: skip
+    check("GpuState", state)
+    check("Metrics", {"scalars": [{"time": 1.0, "rank": 0, "step": 1, "total": None,
+                                   "loss": 0.5, "tag": "x"}],
+                      "gpu": [{**sample, "rank": [0, 1]}]})  # fmt: skip
+    try:
+        check("GpuState", {**state, "gpus": [{**sample, "surprise": 1}]})
+    except jsonschema.ValidationError:
+        pass
+    else:
+        raise AssertionError("an undescribed GPU field passed")
+
+
+def test_json_dump_is_one_valid_2020_12_document(tmp_path: Path) -> None:
+    """`python -m workbench.wireschema --json PATH`, as the panel's TypeScript build runs it."""
+    out = tmp_path / "wire.schema.json"
+    subprocess.run(
+        [sys.executable, "-m", "workbench.wireschema", "--json", str(out)],
+        check=True, capture_output=True, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    doc = json.loads(out.read_text())
+    assert doc["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    jsonschema.Draft202012Validator.check_schema(doc)
+    assert set(doc["$defs"]) == set(wireschema.schemas())
+    assert "#/components/" not in out.read_text()  # every $ref points into $defs
+    validator = jsonschema.Draft202012Validator(doc)
+    assert validator.is_valid(_record().to_dict())  # the root is any one wire type
+    job = {"$ref": "#/$defs/JobRecord", "$defs": doc["$defs"]}
+    jsonschema.Draft202012Validator(job).validate(_record().to_dict())
+    assert not jsonschema.Draft202012Validator(job).is_valid({**_record().to_dict(), "gpus": 1})
