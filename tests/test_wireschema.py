@@ -332,3 +332,11 @@ def test_json_dump_is_one_valid_2020_12_document(tmp_path: Path) -> None:
     job = {"$ref": "#/$defs/JobRecord", "$defs": doc["$defs"]}
     jsonschema.Draft202012Validator(job).validate(_record().to_dict())
     assert not jsonschema.Draft202012Validator(job).is_valid({**_record().to_dict(), "gpus": 1})
+
+
+def test_only_types_are_titled() -> None:
+    """A titled field becomes a stray alias in generated TypeScript (`type Name1 = string`)."""
+    text = json.dumps(wireschema.json_schema_document())
+    titles = text.count('"title"')
+    # the document's own title and one per type; a field named "title" would show as a key
+    assert titles == 1 + len(wireschema.schemas()), titles

@@ -181,11 +181,30 @@ def schemas(ref_template: str = "#/components/schemas/{model}") -> dict[str, dic
         out.update(schema.pop("$defs", {}))
         out[cls.__name__] = schema
     for name, schema in out.items():
+        # Only a type is named: a titled field becomes its own alias in generated code
+        # (json-schema-to-typescript's `type Name1 = string`).
+        _drop_titles(schema, keep=True)
         # Closed: a field the schema does not know is drift in a response and a 400 in a
         # request. A run.log() record is open: the script names its scalars.
         schema["additionalProperties"] = _wire_types.OPEN.get(name, False)
     out["TrainSpec"]["examples"] = [_wire_types.TRAIN_SPEC_EXAMPLE]
     return {name: out[name] for name in sorted(out)}
+
+
+def _drop_titles(schema: Any, keep: bool = False) -> None:
+    """Remove ``title`` from every subschema of ``schema`` (its own too unless ``keep``)."""
+    if not isinstance(schema, dict):
+        return
+    if not keep:
+        schema.pop("title", None)
+    for key in ("properties", "patternProperties", "$defs"):
+        for sub in (schema.get(key) or {}).values():
+            _drop_titles(sub)
+    for key in ("anyOf", "oneOf", "allOf", "prefixItems"):
+        for sub in schema.get(key) or []:
+            _drop_titles(sub)
+    for key in ("items", "additionalProperties", "propertyNames", "not"):
+        _drop_titles(schema.get(key))
 
 
 def json_schema_document() -> dict[str, Any]:
