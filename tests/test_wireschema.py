@@ -16,6 +16,7 @@ import yaml
 
 from tests.conftest import ROOT
 from workbench import wireschema
+from workbench._wire_types import TRAIN_SPEC_EXAMPLE
 from workbench.errors import SpecError
 from workbench.spec import JobEvent, JobRecord, JobStatus, RankRecord, RankState, TrainSpec
 
@@ -340,3 +341,17 @@ def test_only_types_are_titled() -> None:
     titles = text.count('"title"')
     # the document's own title and one per type; a field named "title" would show as a key
     assert titles == 1 + len(wireschema.schemas()), titles
+
+
+def test_the_stored_spec_is_typed_and_names_every_field() -> None:
+    """A JobRecord's spec is what TrainSpec.to_dict() stores: the schema knows every key."""
+    spec = TrainSpec.from_dict(TRAIN_SPEC_EXAMPLE).validate()
+    props = wireschema.schemas()["SubmittedSpec"]["properties"]
+    assert set(props) == set(spec.to_dict())
+    wire = _record(spec=spec.redacted().to_dict()).to_dict()
+    doc = {"components": {"schemas": wireschema.schemas()}}
+    jsonschema.validate(wire, {"$ref": "#/components/schemas/JobRecord", **doc})
+    wire["spec"]["surprise"] = 1
+    assert not jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/JobRecord", **doc}
+    ).is_valid(wire)

@@ -69,6 +69,33 @@ class JobEvent(TypedDict):
     level: Annotated[Literal["info", "warning", "error"], _d("how much it matters")]
 
 
+class SubmittedSpec(TypedDict):
+    """The TrainSpec a job was submitted with, as stored: every default filled in, aliases
+    resolved, mounts as SRC:DST:MODE text, credentials masked. Every key is optional and a
+    number may be null: a record an older version stored may lack one or hold NaN."""
+
+    command: NotRequired[Annotated[list[str], _d("the program and its arguments")]]
+    name: NotRequired[Annotated[str | None, _d("the job's name")]]
+    image: NotRequired[Annotated[str, _d("the image as asked for (catalogue name or reference)")]]
+    workers: NotRequired[Annotated[int | None, _d("workers in the gang")]]
+    gpus: NotRequired[Annotated[float | None, _d("GPUs per worker (the request's name)")]]
+    procs_per_worker: NotRequired[Annotated[int | None, _d("processes per worker")]]
+    instance_spec: NotRequired[Annotated[str | None, _d("the instance spec")]]
+    cpu: NotRequired[Annotated[float | None, _d("vCPUs per worker, or null")]]
+    memory: NotRequired[Annotated[str | None, _d("memory per worker, or null")]]
+    framework: NotRequired[Annotated[str | None, _d("the distributed env contract")]]
+    data: NotRequired[Annotated[list[str], _d("data mounts SRC:DST:MODE, credentials masked")]]
+    outputs: NotRequired[Annotated[list[str], _d("outputs URL:DST:MODE, credentials masked")]]
+    env: NotRequired[Annotated[dict[str, str], _d("environment, secret values masked")]]
+    working_dir: NotRequired[Annotated[str | None, _d("the ranks' working directory")]]
+    max_retries: NotRequired[Annotated[int | None, _d("times a failed attempt is retried")]]
+    timeout: NotRequired[Annotated[float | None, _d("the deadline in seconds, or null")]]
+    priority: NotRequired[Annotated[str | None, _d("the priority class, or null")]]
+    queue: NotRequired[Annotated[str | None, _d("the queue, or null")]]
+    backend: NotRequired[Annotated[str | None, _d("the backend asked for, or null")]]
+    runtime: NotRequired[Annotated[str, _d("the runtime asked for (auto, process, container)")]]
+
+
 class JobRecord(TypedDict):
     """The one wire model (JobRecord.to_dict()): what every backend has at the top level,
     the backend's own state under ``details``."""
@@ -86,7 +113,7 @@ class JobRecord(TypedDict):
     ]
     backend: Annotated[str, _d("the backend that runs it, e.g. local")]
     image: Annotated[str, _d("the resolved image reference")]
-    spec: Annotated[dict[str, Any], _d("the submitted TrainSpec with secrets redacted")]
+    spec: Annotated[SubmittedSpec, _d("the submitted TrainSpec, credentials masked")]
     created_at: Annotated[float, _d("Unix time it was submitted")]
     started_at: Annotated[float | None, _d("Unix time it started running, or null")]
     finished_at: Annotated[float | None, _d("Unix time it ended, or null")]
