@@ -72,7 +72,7 @@ def submit_to_ranks_started(env: dict[str, str], name: str) -> float:
             text=True,
         )
         ranks = json.loads(out.stdout)["ranks"]
-        pids = [r["pid"] for r in ranks if r["pid"]]
+        pids = [r["details"].get("pid") for r in ranks if r["details"].get("pid")]
         if len(pids) == 2:
             for pid in pids:
                 try:

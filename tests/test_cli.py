@@ -96,7 +96,7 @@ def test_submit_wait_list_get_logs_json(capsys, wb_home):
     assert code == 1 and "Job bad: Failed" in out and "rank 0 exited with code 3" in out
     code, out, _ = cli(capsys, "list")
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "STATUS", "WORKERS", "GPUS", "AGE", "COST"]
+    assert lines[0].split() == ["NAME", "STATUS", "WORKERS", "GPUS(TOTAL)", "AGE", "COST"]
     assert [ln.split()[:3] for ln in lines[1:]] == [
         ["bad", "Failed", "1"],
         ["ok", "Succeeded", "2"],
@@ -107,8 +107,13 @@ def test_submit_wait_list_get_logs_json(capsys, wb_home):
     data = json.loads(out)
     assert data["status"] == "Succeeded" and [r["exit_code"] for r in data["ranks"]] == [0, 0]
     assert {"name", "status", "cost", "ranks", "events", "spec", "attempt"} <= set(data)
+    # the wire model: local state under details, one name per GPU quantity
+    assert {"job_dir", "runtime", "gpus"}.isdisjoint(data) and data["details"]["job_dir"]
+    assert (data["gpus_per_worker"], data["gpus_total"], data["reason"]) == (0, 0, "Succeeded")
     code, out, _ = cli(capsys, "get", "bad")
     assert "Status:     Failed  (rank 0 exited with code 3)" in out
+    assert "GPUs:       0 per worker, 0 in the job" in out
+    assert "GPU DEVICES" in out
     assert "not pulled: workers run as local processes" in out
     assert "RankFailed" in out
     code, out, _ = cli(capsys, "logs", "ok", "--rank", "1")

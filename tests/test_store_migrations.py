@@ -69,7 +69,7 @@ def test_old_database_upgrades_with_nothing_lost(tmp_path: Path) -> None:
             assert (new.state.value, new.exit_code, new.started_at, new.finished_at) == (
                 r["state"], r["exit_code"], r["started_at"], r["finished_at"]
             )  # fmt: skip
-            assert new.gpus == r["gpus"] and new.pid == r["pid"]
+            assert new.gpu_devices == r["gpus"] and new.pid == r["pid"]
             assert new.details == {"pid": r["pid"], "ctime": r["ctime"]}
         events = [e for e in old["events"] if e["job"] == o["name"]]
         assert [e.to_dict() for e in rec.events] == [

@@ -54,10 +54,11 @@ class InstanceSpec:
     shared: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form for JSON output."""
+        """Plain-dict form for JSON output (REST GET specs, `workbench specs -o json`)."""
         return {
             "name": self.name,
-            "gpus": self.gpus,
+            # one name per quantity: a spec's GPUs are each worker's, as on a JobRecord
+            "gpus_per_worker": self.gpus,
             "gpu_model": self.gpu_model,
             "gpu_memory": self.gpu_memory,
             "cpu": self.cpu,

@@ -275,7 +275,7 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
                 )
                 for s in specs.values()
             ]
-            print(table(("SPEC", "GPUS", "GPU", "VCPU", "MEMORY", "PRICE/H"), spec_rows))
+            print(table(("SPEC", "GPUS/WORKER", "GPU", "VCPU", "MEMORY", "PRICE/H"), spec_rows))
         return 0
     raise AssertionError(verb)  # argparse limits the verbs
 
@@ -325,8 +325,8 @@ def _describe(r: Any) -> str:
         f"Command:    {' '.join(s.get('command', []))}",
         f"Workdir:    {s.get('working_dir')}",
         f"Workers:    {r.workers} x {s.get('procs_per_worker')} process(es), framework {s.get('framework')}",
-        f"GPUs:       {float(s.get('gpus', 0)):g} per worker, spec {s.get('instance_spec')} "
-        f"(${r.price_per_hour:.2f}/h per worker)",
+        f"GPUs:       {r.gpus_per_worker:g} per worker, {r.gpus_total:g} in the job, "
+        f"spec {s.get('instance_spec')} (${r.price_per_hour:.2f}/h per worker)",
         f"Created:    {_ts(r.created_at)}",
         f"Started:    {_ts(r.started_at)}",
         f"Finished:   {_ts(r.finished_at)}",
@@ -357,13 +357,15 @@ def _describe(r: Any) -> str:
                     x.state.value,
                     str(x.pid or "-"),
                     "-" if x.exit_code is None else str(x.exit_code),
-                    x.gpus or "-",
+                    x.gpu_devices or "-",
                     dur,
                 )
             )
         lines += [
             "  " + ln
-            for ln in table(("RANK", "STATE", "PID", "EXIT", "GPUS", "DURATION"), rows).splitlines()
+            for ln in table(
+                ("RANK", "STATE", "PID", "EXIT", "GPU DEVICES", "DURATION"), rows
+            ).splitlines()
         ]
     if r.events:
         lines.append("Events:")

@@ -395,12 +395,12 @@ class JobStore:
                     RankRecord(
                         rank=r["rank"],
                         state=RankState(r["state"]),
-                        pid=details.get("pid"),  # legacy wire field, until the wire reshape
                         details=details,
                         exit_code=r["exit_code"],
                         started_at=r["started_at"],
                         finished_at=r["finished_at"],
-                        gpus=r["gpus"],
+                        gpu_devices=r["gpus"],
+                        node=details.get("node"),
                     )
                 )
             if with_events:
@@ -412,6 +412,9 @@ class JobStore:
         jobs = []
         for r in rows:
             details = json.loads(r["details"])
+            for rank in ranks[r["name"]]:
+                # The gang restarts as one: every rank of attempt N was started N-1 times more.
+                rank.restarts = max(0, int(r["attempt"]) - 1)
             jobs.append(
                 JobRecord(
                     name=r["name"],
@@ -426,7 +429,7 @@ class JobStore:
                     attempt=r["attempt"],
                     message=r["message"],
                     price_per_hour=r["price_per_hour"],
-                    job_dir=details.get("job_dir"),  # legacy wire field, until the wire reshape
+                    job_dir=details.get("job_dir"),  # a Python attribute; on the wire: details
                     details=details,
                     ranks=ranks[r["name"]],
                     events=events[r["name"]],

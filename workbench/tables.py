@@ -65,10 +65,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def jobs_table(records: Sequence[JobRecord], wide: bool = False) -> str:
-    """The `list` table (NAME STATUS WORKERS GPUS AGE COST [ATTEMPT BACKEND MESSAGE])."""
+    """The `list` table (NAME STATUS WORKERS GPUS(TOTAL) AGE COST [ATTEMPT BACKEND MESSAGE])."""
     if not records:
         return "No jobs. Submit one with `workbench submit -- python train.py`."
-    headers: tuple[str, ...] = ("NAME", "STATUS", "WORKERS", "GPUS", "AGE", "COST")
+    headers: tuple[str, ...] = ("NAME", "STATUS", "WORKERS", "GPUS(TOTAL)", "AGE", "COST")
     if wide:
         headers += ("ATTEMPT", "BACKEND", "MESSAGE")
     rows = []

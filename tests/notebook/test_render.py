@@ -42,7 +42,10 @@ def _record(status: JobStatus, state: RankState, exit_code: int | None) -> JobRe
         started_at=100.0,
         finished_at=130.0,
         price_per_hour=0.17,
-        ranks=[RankRecord(rank=r, state=state, pid=4000 + r, exit_code=exit_code) for r in (0, 1)],
+        ranks=[
+            RankRecord(rank=r, state=state, details={"pid": 4000 + r}, exit_code=exit_code)
+            for r in (0, 1)
+        ],
         events=[JobEvent(101.0, "Started", "2 worker(s) started", "info")],
     )
 

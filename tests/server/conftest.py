@@ -58,6 +58,32 @@ def _follow(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
+def request_schema(parts: tuple[str, ...], method: str) -> dict[str, Any] | None:
+    """The JSON schema of the request body of ``method`` on the route, or None without one."""
+    for template, item in OPENAPI["paths"].items():
+        segments = template.strip("/").split("/")
+        if len(segments) == len(parts) and all(
+            s == p or (s.startswith("{") and s.endswith("}"))
+            for s, p in zip(segments, parts, strict=True)
+        ):
+            body = (item.get(method.lower()) or {}).get("requestBody")
+            if body is None:
+                return None
+            return dict(_follow(body)["content"]["application/json"]["schema"])
+    return None
+
+
+def validate_request(parts: tuple[str, ...], method: str, body: Any) -> None:
+    """Check a JSON request body the server accepted against its schema in
+    docs/openapi.yaml: the schema may not refuse what the server takes."""
+    if parts[:2] != ("workbench", "api") or not body:
+        return
+    schema = request_schema(parts, method)
+    assert schema is not None, f"{method} /{'/'.join(parts)} takes a body openapi.yaml omits"
+    schema["components"] = OPENAPI["components"]
+    jsonschema.Draft202012Validator(schema).validate(json.loads(body))
+
+
 def validate_response(parts: tuple[str, ...], method: str, response: Any) -> None:
     """Check a workbench/api JSON response against its schema in docs/openapi.yaml."""
     if parts[:2] != ("workbench", "api"):
@@ -73,7 +99,8 @@ def validate_response(parts: tuple[str, ...], method: str, response: Any) -> Non
 @pytest.fixture
 def jp_fetch(jp_fetch: Fetch) -> Fetch:
     """pytest-jupyter's jp_fetch, validating every workbench/api JSON response (errors
-    included) against the operation's response schema in docs/openapi.yaml."""
+    included) against the operation's response schema in docs/openapi.yaml, and every
+    request body the server accepted against the operation's request schema."""
 
     async def fetch(*parts: str, **kwargs: Any) -> Any:
         method = kwargs.get("method", "GET")
@@ -84,6 +111,8 @@ def jp_fetch(jp_fetch: Fetch) -> Fetch:
                 validate_response(parts, method, e.response)
             raise
         validate_response(parts, method, response)
+        if 200 <= response.code < 300:
+            validate_request(parts, method, kwargs.get("body"))
         return response
 
     return fetch

@@ -156,7 +156,7 @@ async def test_a_stored_nan_does_not_break_the_job_list(jp_fetch, manager):
     (job,) = listed["jobs"]
     assert job["name"] == "old-nan"
     # spec_json keeps NaN (json.dumps writes it); the wire turns it into null
-    assert job["spec"]["cpu"] is None and job["spec"]["gpus"] is None and job["gpus"] is None
+    assert job["spec"]["cpu"] is None and job["spec"]["gpus"] is None and job["gpus_total"] is None
     one = strict_json((await jp_fetch("workbench", "api", "jobs", "old-nan")).body.decode())
     assert one["spec"]["cpu"] is None
 

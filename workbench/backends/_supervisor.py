@@ -15,6 +15,7 @@ import json
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +54,7 @@ if TYPE_CHECKING:  # both load lazily: a supervisor without mounts or GPUs skips
     from ..data.staging import JobData
     from ..monitor.recorder import JobGpuRecorder
 
+HOST = socket.gethostname()
 _DONE = {JobStatus.SUCCEEDED: "every rank exited with code 0"}
 
 
@@ -415,7 +417,8 @@ class Supervisor:
                 self.name,
                 rank,
                 state=RankState.RUNNING,
-                details={"pid": lead.pid, "ctime": process_ctime(lead.pid)},
+                # node: the wire's host of the rank (RankRecord.node), here this machine
+                details={"pid": lead.pid, "ctime": process_ctime(lead.pid), "node": HOST},
                 exit_code=None,
                 started_at=now,
                 finished_at=None,

@@ -94,11 +94,11 @@ class NodeJob:
 
     name: str
     status: str
-    gpus: float  # GPUs in the job
+    gpus_total: float  # GPUs in the whole job (gpus_per_worker x workers)
 
     def to_dict(self) -> dict[str, Any]:
-        """Wire form (workbench.wireschema.NodeJob)."""
-        return {"name": self.name, "status": self.status, "gpus": self.gpus}
+        """Wire form (workbench._wire_types.NodeJob)."""
+        return {"name": self.name, "status": self.status, "gpus_total": self.gpus_total}
 
 
 @dataclass(frozen=True)

@@ -162,6 +162,8 @@ class LocalBackend(Backend):
             runtime=plan.runtime,
             price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
+            # on the wire under details (runtime is this backend's concept, not every one's)
+            details={"runtime": plan.runtime},
             events=[
                 JobEvent(
                     time.time(),

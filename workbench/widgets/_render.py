@@ -104,7 +104,7 @@ def rank_table(record: JobRecord) -> str:
         return ""
     head = "".join(
         f'<th style="{CELL};border-bottom:1px solid {BORDER};font-weight:600">{h}</th>'
-        for h in ("rank", "state", "exit", "pid", "GPUs")
+        for h in ("rank", "state", "exit", "pid", "GPU devices")
     )
     rows = []
     for r in record.ranks:
@@ -115,7 +115,7 @@ def rank_table(record: JobRecord) -> str:
             f'<span style="color:{colour};font-weight:600">{state}</span>',
             "" if r.exit_code is None else str(r.exit_code),
             str(r.pid or ""),
-            html.escape(r.gpus or "-"),
+            html.escape(r.gpu_devices or "-"),
         )
         rows.append(
             f'<tr data-rank="{r.rank}">'
