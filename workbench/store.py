@@ -320,6 +320,36 @@ class JobStore:
         return records[0] if records else None
 
     @_translated
+    def records(self, names: builtins.list[str]) -> builtins.list[JobRecord]:
+        """The stored records of the jobs called ``names`` (those that exist), in any order."""
+        found: builtins.list[JobRecord] = []
+        for chunk in _chunks(names, 500):
+            found += self._records(f"WHERE name IN ({','.join('?' * len(chunk))})", tuple(chunk))
+        return found
+
+    @_translated
+    def changes_after(
+        self, since: int, limit: int
+    ) -> tuple[int, int, builtins.list[tuple[int, str, str]]]:
+        """The change feed's raw rows after ``since`` (id, job, kind; oldest first, at most
+        ``limit``), with the newest id and the pruning floor (ids up to it are gone), read
+        in one transaction so the three agree (workbench._store_feed builds on this)."""
+        db = self._conn()
+        db.execute("BEGIN")
+        try:
+            row = db.execute("SELECT seq FROM sqlite_sequence WHERE name='changes'").fetchone()
+            newest = int(row[0]) if row else 0
+            oldest = db.execute("SELECT MIN(id) FROM changes").fetchone()[0]
+            floor = newest if oldest is None else int(oldest) - 1
+            rows = db.execute(
+                "SELECT id, job, kind FROM changes WHERE id > ? ORDER BY id LIMIT ?",
+                (since, limit),
+            ).fetchall()
+        finally:
+            _rollback(db)  # read only: nothing to keep
+        return newest, floor, [(int(i), str(j), str(k)) for i, j, k in rows]
+
+    @_translated
     def list(
         self,
         status: list[str] | None = None,
