@@ -1,6 +1,7 @@
 """The one source of the REST wire model's JSON Schema (JobRecord, RankRecord, JobEvent, the
-job page, the error body, the backend list), generated with pydantic from TypedDicts that describe what
-``to_dict()`` and the server's ``error_reply`` write.
+job page, the error body, the backend list, the WebSocket messages), generated with pydantic
+from TypedDicts that describe what ``to_dict()``, the server's ``error_reply`` and its event
+stream write.
 
 ``python -m workbench.wireschema --openapi`` rewrites the generated block of
 docs/openapi.yaml; tests/test_wireschema.py fails when the committed file differs.
@@ -132,7 +133,70 @@ class BackendList(TypedDict):
     backends: Annotated[list[BackendInfo], _d("built in, installed entry points, registered")]
 
 
-WIRE_TYPES: tuple[type, ...] = (Error, JobPage, JobRecord, RankRecord, JobEvent, BackendList)
+# ---- WebSocket protocol v1 ({base_url}workbench/api/events?protocol=1[&since=K]) --------
+
+
+class GpuState(TypedDict):
+    """Whether GPU monitoring works here, and why not."""
+
+    state: Annotated[str, _d("the monitor's state in one word, e.g. ok, unavailable")]
+    reason: Annotated[str | None, _d("why monitoring is off, in plain words (null when ok)")]
+
+
+class EventHello(TypedDict):
+    """The first frame of every connection."""
+
+    type: Annotated[Literal["hello"], _d("hello")]
+    protocol: Annotated[Literal[1], _d("the protocol version this server speaks")]
+    last_id: Annotated[int, _d("the newest change id when the connection opened")]
+    resumed: Annotated[bool, _d("true: the changes after the client's since follow")]
+    jobs: Annotated[dict[str, int], _d("how many jobs are in each status")]
+    gpu: Annotated[GpuState, _d("the GPU monitor's state")]
+
+
+class EventJob(TypedDict):
+    """A job appeared or changed: its whole current record."""
+
+    type: Annotated[Literal["job"], _d("job")]
+    id: Annotated[int, _d("the change id; resume from it with ?since=")]
+    job: Annotated[JobRecord, _d("the job's current record")]
+
+
+class EventJobDeleted(TypedDict):
+    """A job was deleted."""
+
+    type: Annotated[Literal["job_deleted"], _d("job_deleted")]
+    id: Annotated[int, _d("the change id; resume from it with ?since=")]
+    name: Annotated[str, _d("the deleted job's name")]
+
+
+class EventReset(TypedDict):
+    """The client's since is older than the feed keeps (or unknown): re-list with GET jobs."""
+
+    type: Annotated[Literal["reset"], _d("reset")]
+    last_id: Annotated[int, _d("the newest change id: live changes after it follow")]
+
+
+class EventGpu(TypedDict):
+    """One host GPU sample (not replayed on resume)."""
+
+    type: Annotated[Literal["gpu"], _d("gpu")]
+    state: Annotated[str, _d("the monitor's state")]
+    reason: Annotated[str | None, _d("why monitoring is off (null when ok)")]
+    gpus: Annotated[list[dict[str, Any]], _d("the latest sample of each GPU")]
+    alerts: Annotated[list[dict[str, Any]], _d("alerts raised now")]
+
+
+EVENT_TYPES: tuple[type, ...] = (EventHello, EventJob, EventJobDeleted, EventReset, EventGpu)
+WIRE_TYPES: tuple[type, ...] = (
+    Error,
+    JobPage,
+    JobRecord,
+    RankRecord,
+    JobEvent,
+    BackendList,
+    *EVENT_TYPES,
+)
 
 
 def schemas() -> dict[str, dict[str, Any]]:
