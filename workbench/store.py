@@ -332,21 +332,19 @@ class JobStore:
         self, since: int, limit: int
     ) -> tuple[int, int, builtins.list[tuple[int, str, str]]]:
         """The change feed's raw rows after ``since`` (id, job, kind; oldest first, at most
-        ``limit``), with the newest id and the pruning floor (ids up to it are gone), read
-        in one transaction so the three agree (workbench._store_feed builds on this)."""
+        ``limit``), then the newest id and the pruning floor (ids up to it are gone). Read
+        in that order, no transaction needed: a floor above ``since`` read after the rows
+        says some may have been pruned before they were read (workbench._store_feed)."""
         db = self._conn()
-        db.execute("BEGIN")
-        try:
-            row = db.execute("SELECT seq FROM sqlite_sequence WHERE name='changes'").fetchone()
-            newest = int(row[0]) if row else 0
-            oldest = db.execute("SELECT MIN(id) FROM changes").fetchone()[0]
-            floor = newest if oldest is None else int(oldest) - 1
-            rows = db.execute(
-                "SELECT id, job, kind FROM changes WHERE id > ? ORDER BY id LIMIT ?",
-                (since, limit),
-            ).fetchall()
-        finally:
-            _rollback(db)  # read only: nothing to keep
+        rows = db.execute(
+            "SELECT id, job, kind FROM changes WHERE id > ? ORDER BY id LIMIT ?", (since, limit)
+        ).fetchall()
+        newest, oldest = db.execute(
+            "SELECT (SELECT seq FROM sqlite_sequence WHERE name='changes'),"
+            " (SELECT MIN(id) FROM changes)"
+        ).fetchone()
+        newest = int(newest or 0)
+        floor = newest if oldest is None else int(oldest) - 1
         return newest, floor, [(int(i), str(j), str(k)) for i, j, k in rows]
 
     @_translated
