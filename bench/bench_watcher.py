@@ -177,7 +177,7 @@ class Server:
             "--ServerApp.jpserver_extensions={'workbench': True}",
             f"--ServerApp.root_dir={self.work}", "--allow-root",
         ]  # fmt: skip
-        log = open(self.work / "server.log", "wb")  # noqa: SIM115 - the server's lifetime
+        log = open(self.work / "server.log", "wb")
         self.server = subprocess.Popen(
             args, env=self.env, cwd=self.work, stdout=log, stderr=subprocess.STDOUT
         )
