@@ -157,3 +157,31 @@ def test_wait_follows_the_feed_to_the_end(manager: JobManager) -> None:
     # One read to start (and one per LIVENESS seconds of silence at most), not one per 0.1 s.
     assert calls <= 1 + 60 / 2.0 and calls < 10, calls
     assert json.dumps(done.to_dict(), default=str)
+
+
+def test_the_widget_feed_reads_the_record_only_when_it_changed(tmp_path: Path) -> None:
+    from workbench.widgets._feed import JobFeed
+
+    store = JobStore(tmp_path / "jobs.db")
+    m = JobManager(store=store)
+    store.insert(_record("viewed", JobStatus.SUCCEEDED))
+    store.insert(_record("other", JobStatus.SUCCEEDED))
+    gets: list[str] = []
+    real_get = m.get
+
+    def counting_get(name: str) -> JobRecord:
+        gets.append(name)
+        return real_get(name)
+
+    m.get = counting_get  # type: ignore[method-assign]
+    feed = JobFeed(m, "viewed")
+    feed.record = feed._current_record()
+    assert feed.record.name == "viewed" and gets == ["viewed"]
+    for _ in range(5):  # nothing changed: no read
+        feed.record = feed._current_record()
+    store.update("other", message="not ours")
+    feed.record = feed._current_record()
+    assert gets == ["viewed"] and feed.record.message == ""
+    store.update("viewed", message="ours")
+    feed.record = feed._current_record()
+    assert feed.record.message == "ours" and gets == ["viewed"]  # from the feed, no get()
