@@ -96,8 +96,8 @@ class EventHub:
         context = client.settings["workbench"]
 
         def greeting() -> tuple[dict[str, Any], ChangeBatch | None]:
-            head = self.manager.last_change_id()
             batch = None if since is None else self.manager.changes(since)
+            head = self.manager.last_change_id()  # after the batch: no replayed id exceeds it
             hello = {
                 "type": "hello",
                 "protocol": PROTOCOL,
@@ -109,10 +109,10 @@ class EventHub:
             return hello, batch
 
         hello, batch = await loop.run_in_executor(self.executor, greeting)
-        head = int(hello["last_id"])
         client.send(hello)
-        client.sent_id = head
-        if batch is not None:
+        if batch is None:
+            client.sent_id = int(hello["last_id"])  # live changes only: it lists the rest
+        else:
             client.sent_id = since or 0
             self._deliver(client, batch)
         # Catch up until no await separates the client's position from the watcher's: the
