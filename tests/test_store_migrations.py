@@ -81,6 +81,11 @@ def test_old_database_upgrades_with_nothing_lost(tmp_path: Path) -> None:
     assert done["details"]["supervisor_pid"] == 4242
     assert store.rank_rows("done")[1]["details"] == {"pid": 5001, "ctime": 1700000002.75}
     assert store.events_since("live", 0)[-1][0] == 4  # event ids survive (followers resume)
+    # The change feed (step 3) starts with every job already stored, oldest first.
+    with sqlite3.connect(path) as db:
+        seeded = [tuple(r) for r in db.execute("SELECT id, job, kind FROM changes ORDER BY id")]
+    by_age = sorted(old["jobs"], key=lambda o: (o["created_at"], o["name"]))
+    assert seeded == [(i + 1, o["name"], "upsert") for i, o in enumerate(by_age)]
     # The upgraded database takes new writes through the new columns.
     store.update("live", details={"supervisor_pid": 1}, message="m")
     assert store.row("live")["details"]["supervisor_pid"] == 1  # type: ignore[index]
