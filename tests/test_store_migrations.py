@@ -81,6 +81,11 @@ def test_old_database_upgrades_with_nothing_lost(tmp_path: Path) -> None:
     assert done["details"]["supervisor_pid"] == 4242
     assert store.rank_rows("done")[1]["details"] == {"pid": 5001, "ctime": 1700000002.75}
     assert store.events_since("live", 0)[-1][0] == 4  # event ids survive (followers resume)
+    # The change feed (step 3) starts with every job already stored, oldest first.
+    with sqlite3.connect(path) as db:
+        seeded = [tuple(r) for r in db.execute("SELECT id, job, kind FROM changes ORDER BY id")]
+    by_age = sorted(old["jobs"], key=lambda o: (o["created_at"], o["name"]))
+    assert seeded == [(i + 1, o["name"], "upsert") for i, o in enumerate(by_age)]
     # The upgraded database takes new writes through the new columns.
     store.update("live", details={"supervisor_pid": 1}, message="m")
     assert store.row("live")["details"]["supervisor_pid"] == 1  # type: ignore[index]
@@ -126,3 +131,67 @@ def test_fresh_store_is_current(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "jobs.db") as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == VERSION
     assert store.count() == 0
+
+
+def _v2_db(path: Path) -> dict[str, list[dict]]:
+    """A jobs.db at schema version 2 (the step before the change feed), with rows written
+    the way version-2 code wrote them; its rows."""
+    from workbench._store_schema import MIGRATIONS
+
+    db = sqlite3.connect(path, isolation_level=None)
+    for step in MIGRATIONS[:2]:
+        step(db)
+    db.execute("PRAGMA user_version=2")
+    db.execute(
+        "INSERT INTO jobs (name, backend, status, runtime, image, spec_json, created_at,"
+        " started_at, attempt, message, price_per_hour, cancel_requested, details) VALUES"
+        " ('old', 'local', 'Succeeded', 'process', 'img', '{\"name\": \"old\"}', 10.0, 11.0,"
+        ' 2, \'done\', 1.5, 0, \'{"job_dir": "/x/old", "supervisor_pid": 7}\'),'
+        " ('older', 'other', 'Running', 'pod', 'img2', '{}', 5.0, NULL, 1, '', 0, 1, '{}')"
+    )
+    db.execute(
+        "INSERT INTO ranks (job, rank, state, exit_code, gpus, details) VALUES"
+        " ('old', 0, 'Succeeded', 0, '0', '{\"pid\": 99}')"
+    )
+    db.execute(
+        "INSERT INTO events (job, time, reason, message, level) VALUES"
+        " ('old', 10.0, 'Submitted', 's', 'info'), ('old', 12.0, 'Succeeded', 'ok', 'info')"
+    )
+    db.row_factory = sqlite3.Row
+    rows = {
+        t: [dict(r) for r in db.execute(f"SELECT * FROM {t} ORDER BY rowid")]
+        for t in ("jobs", "ranks", "events")
+    }
+    db.close()
+    return rows
+
+
+def test_v2_database_gains_the_change_feed_with_nothing_lost(tmp_path: Path) -> None:
+    from workbench.manager import JobManager
+
+    path = tmp_path / "jobs.db"
+    old = _v2_db(path)
+    store = JobStore(path)
+    with sqlite3.connect(path) as db:
+        db.row_factory = sqlite3.Row
+        assert db.execute("PRAGMA user_version").fetchone()[0] == VERSION == 3
+        for table, rows in old.items():  # every row, every column, unchanged
+            assert [dict(r) for r in db.execute(f"SELECT * FROM {table} ORDER BY rowid")] == rows
+        # Jobs already stored are in the feed (oldest first), so a follower from 0 sees them.
+        assert [tuple(r) for r in db.execute("SELECT id, job, kind FROM changes")] == [
+            (1, "older", "upsert"),
+            (2, "old", "upsert"),
+        ]
+    m = JobManager(store=store)
+    batch = m.changes(0)
+    assert [r.name for r in batch.jobs] == ["older", "old"] and batch.last_id == 2
+    assert batch.jobs[1].details == {"job_dir": "/x/old", "supervisor_pid": 7}
+    assert [e.reason for e in batch.jobs[1].events] == ["Submitted", "Succeeded"]
+    # The triggers are in the upgraded file: a writer in another process is recorded.
+    code = "import sys, sqlite3; sqlite3.connect(sys.argv[1]).execute(\"UPDATE jobs SET message='m' WHERE name='older'\").connection.commit()"  # noqa: E501
+    subprocess.run([sys.executable, "-c", code, str(path)], check=True, timeout=60)
+    later = m.changes(batch.last_id)
+    assert [(r.name, r.message) for r in later.jobs] == [("older", "m")] and later.last_id == 3
+    # Opening it again migrates nothing and adds no second seeding.
+    JobStore(path)
+    assert m.last_change_id() == 3

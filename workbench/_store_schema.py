@@ -81,6 +81,46 @@ _V2 = [
 ]
 
 
+# Step 3: the change feed. Every write to a job, its ranks or its events, by any process
+# (kernel, server, CLI, supervisor, a backend's watch thread), adds a row here inside the
+# writer's own transaction, so followers read "what changed after id N" instead of listing
+# every job. Jobs already stored get one "upsert" each, so a reader starting at 0 sees
+# them. Only the newest ~10,000 rows are kept: every 1,000th insert prunes what is older,
+# in the same transaction (a reader behind the pruned part is told to re-list).
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"  # unix time; unixepoch() needs 3.42
+CHANGES_KEPT = 10_000
+_PRUNE_EVERY = 1_000
+
+
+def _change_trigger(table: str, event: str, job: str, kind: str) -> str:
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS changes_{table}_{event.lower()} AFTER {event} ON {table}"
+        f" BEGIN INSERT INTO changes (job, kind, at) VALUES ({job}, '{kind}', {_NOW}); END"
+    )
+
+
+_V3 = [
+    """CREATE TABLE IF NOT EXISTS changes (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    at REAL NOT NULL
+)""",
+    f"INSERT INTO changes (job, kind, at) SELECT name, 'upsert', {_NOW} FROM jobs"
+    " ORDER BY created_at, name",
+    _change_trigger("jobs", "INSERT", "NEW.name", "upsert"),
+    _change_trigger("jobs", "UPDATE", "NEW.name", "upsert"),
+    _change_trigger("jobs", "DELETE", "OLD.name", "delete"),
+    _change_trigger("ranks", "INSERT", "NEW.job", "upsert"),
+    _change_trigger("ranks", "UPDATE", "NEW.job", "upsert"),
+    _change_trigger("events", "INSERT", "NEW.job", "upsert"),
+    _change_trigger("events", "UPDATE", "NEW.job", "upsert"),
+    f"""CREATE TRIGGER IF NOT EXISTS changes_prune AFTER INSERT ON changes
+    WHEN NEW.id % {_PRUNE_EVERY} = 0
+    BEGIN DELETE FROM changes WHERE id <= NEW.id - {CHANGES_KEPT}; END""",
+]
+
+
 def _statements(sql: list[str]) -> Callable[[sqlite3.Connection], None]:
     def step(db: sqlite3.Connection) -> None:
         # One execute per statement: executescript() would COMMIT the open transaction.
@@ -90,7 +130,11 @@ def _statements(sql: list[str]) -> Callable[[sqlite3.Connection], None]:
     return step
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_statements(_V1), _statements(_V2)]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [
+    _statements(_V1),
+    _statements(_V2),
+    _statements(_V3),
+]
 VERSION = len(MIGRATIONS)
 
 

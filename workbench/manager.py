@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ._store_feed import ChangeBatch, DataVersion, read_changes
 from .backends import backend_names, load_backend
 from .backends.base import Backend, NodeInfo
 from .catalog import Catalog, load_catalog
@@ -17,6 +18,10 @@ from .plan import Plan
 from .settings import Settings, make_private_dir
 from .spec import JobRecord, JobStatus, TrainSpec
 from .store import JobStore
+
+# Seconds JobManager.wait goes without news before it reads the job through its backend
+# (which notices a runner that died without writing anything).
+LIVENESS = 2.0
 
 
 class JobManager:
@@ -166,18 +171,78 @@ class JobManager:
                 return candidate
         return f"{base}-r{int(time.time())}"
 
-    def wait(self, name: str, timeout: float | None = None, poll: float = 0.1) -> JobRecord:
-        """Block until the job ends (or ``timeout`` seconds pass); returns the record."""
+    def last_change_id(self) -> int:
+        """The newest id of the store's change feed (0 when nothing was recorded yet)."""
+        return self.store.changes_after(0, 0)[0]
+
+    def changes(self, since: int, limit: int = 1000) -> ChangeBatch:
+        """Every job of every backend changed after change id ``since``, each once with its
+        current record, and the names deleted; ``reset`` when ``since`` is older than what
+        the feed keeps (re-list). Ask again from ``last_id`` while ``more`` is set."""
+        return read_changes(self.store, since, limit)
+
+    def watch(
+        self,
+        since: int,
+        stop: threading.Event | None = None,
+        timeout: float | None = None,
+        interval: float = 0.1,
+        limit: int = 1000,
+    ) -> Iterator[ChangeBatch]:
+        """Batches of changes after ``since`` as they happen, until ``stop`` is set or
+        ``timeout`` seconds pass. Idle, it costs one ``PRAGMA data_version`` per
+        ``interval``; the feed is read only when some process committed."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.02
-        while True:
-            record = self.get(name)
-            if record.status.terminal:
-                return record
-            if deadline is not None and time.monotonic() >= deadline:
-                return record
-            time.sleep(delay)
-            delay = min(delay * 1.5, poll)
+        version = DataVersion(self.store)
+        try:
+            while stop is None or not stop.is_set():
+                if version.changed():
+                    while True:
+                        batch = self.changes(since, limit)
+                        since = batch.last_id
+                        if batch:
+                            yield batch
+                        if not batch.more:
+                            break
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return
+                pause = interval if left is None else min(interval, left)
+                if stop is not None:
+                    stop.wait(pause)
+                else:
+                    time.sleep(pause)
+        finally:
+            version.close()
+
+    def wait(self, name: str, timeout: float | None = None, poll: float = 0.1) -> JobRecord:
+        """Block until the job ends (or ``timeout`` seconds pass); returns the record.
+
+        Follows the change feed (one tiny query per ``poll`` while nothing changes) rather
+        than reading the job again and again. A runner that dies writes nothing, so every
+        ``LIVENESS`` seconds without news the job is read once through its backend, which
+        settles a job whose runner is gone (local: a dead supervisor fails it)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        since = self.last_change_id()  # before the read: a change racing it is seen below
+        record = self.get(name)
+        while not record.status.terminal:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            span = LIVENESS if left is None else min(LIVENESS, left)
+            fresh = None
+            for batch in self.watch(since, timeout=span, interval=poll):
+                since = batch.last_id
+                if batch.reset or name in batch.deleted:
+                    fresh = None  # the read below answers (or raises JobNotFoundError)
+                    break
+                for changed in batch.jobs:
+                    if changed.name == name:
+                        fresh = changed
+                if fresh is not None and fresh.status.terminal:
+                    return fresh
+            record = self.get(name) if fresh is None else fresh
+        return record
 
     def metrics(
         self, name: str, limit: int | None = None

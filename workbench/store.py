@@ -348,6 +348,34 @@ class JobStore:
         return records[0] if records else None
 
     @_translated
+    def records(self, names: builtins.list[str]) -> builtins.list[JobRecord]:
+        """The stored records of the jobs called ``names`` (those that exist), in any order."""
+        found: builtins.list[JobRecord] = []
+        for chunk in _chunks(names, 500):
+            found += self._records(f"WHERE name IN ({','.join('?' * len(chunk))})", tuple(chunk))
+        return found
+
+    @_translated
+    def changes_after(
+        self, since: int, limit: int
+    ) -> tuple[int, int, builtins.list[tuple[int, str, str]]]:
+        """The change feed's raw rows after ``since`` (id, job, kind; oldest first, at most
+        ``limit``), then the newest id and the pruning floor (ids up to it are gone). Read
+        in that order, no transaction needed: a floor above ``since`` read after the rows
+        says some may have been pruned before they were read (workbench._store_feed)."""
+        db = self._conn()
+        rows = db.execute(
+            "SELECT id, job, kind FROM changes WHERE id > ? ORDER BY id LIMIT ?", (since, limit)
+        ).fetchall()
+        newest, oldest = db.execute(
+            "SELECT (SELECT seq FROM sqlite_sequence WHERE name='changes'),"
+            " (SELECT MIN(id) FROM changes)"
+        ).fetchone()
+        newest = int(newest or 0)
+        floor = newest if oldest is None else int(oldest) - 1
+        return newest, floor, [(int(i), str(j), str(k)) for i, j, k in rows]
+
+    @_translated
     def list(
         self,
         status: list[str] | None = None,

@@ -1,8 +1,8 @@
 """The one source of the REST wire model's JSON Schema, generated with pydantic from
-TypedDicts that describe what ``to_dict()``, the routes and ``error_reply`` write (JobRecord,
-RankRecord, JobEvent, the job page, the error body, the backend list, and from
-workbench._wire_types: GPU state, nodes, the catalogue, metrics, dataset listings) and what
-POST /jobs accepts (TrainSpec).
+TypedDicts that describe what ``to_dict()``, the routes, ``error_reply`` and the event stream
+write (JobRecord, RankRecord, JobEvent, the job page, the error body, the backend list, the
+plan, the WebSocket messages, and from workbench._wire_types: GPU state, nodes, the
+catalogue, metrics, dataset listings) and what POST /jobs accepts (TrainSpec).
 
 ``python -m workbench.wireschema --openapi`` rewrites the generated block of
 docs/openapi.yaml; tests/test_wireschema.py fails when the committed file differs.
@@ -207,6 +207,63 @@ class Placement(TypedDict):
     ]
 
 
+# ---- WebSocket protocol v1 ({base_url}workbench/api/events?protocol=1[&since=K]) --------
+
+
+class GpuMonitorState(TypedDict):
+    """Whether GPU monitoring works here, and why not."""
+
+    state: Annotated[str, _d("the monitor's state in one word, e.g. ok, unavailable")]
+    reason: Annotated[str | None, _d("why monitoring is off, in plain words (null when ok)")]
+
+
+class EventHello(TypedDict):
+    """The first frame of every connection."""
+
+    type: Annotated[Literal["hello"], _d("hello")]
+    protocol: Annotated[Literal[1], _d("the protocol version this server speaks")]
+    last_id: Annotated[int, _d("the newest change id when the connection opened")]
+    resumed: Annotated[bool, _d("true: the changes after the client's since follow")]
+    jobs: Annotated[dict[str, int], _d("how many jobs are in each status")]
+    gpu: Annotated[GpuMonitorState, _d("the GPU monitor's state")]
+
+
+class EventJob(TypedDict):
+    """A job appeared or changed: its whole current record."""
+
+    type: Annotated[Literal["job"], _d("job")]
+    id: Annotated[int, _d("the change id; resume from it with ?since=")]
+    job: Annotated[JobRecord, _d("the job's current record")]
+
+
+class EventJobDeleted(TypedDict):
+    """A job was deleted."""
+
+    type: Annotated[Literal["job_deleted"], _d("job_deleted")]
+    id: Annotated[int, _d("the change id; resume from it with ?since=")]
+    name: Annotated[str, _d("the deleted job's name")]
+
+
+class EventReset(TypedDict):
+    """The client's since is older than the feed keeps (or unknown): re-list with GET jobs."""
+
+    type: Annotated[Literal["reset"], _d("reset")]
+    last_id: Annotated[int, _d("the newest change id: live changes after it follow")]
+
+
+class EventGpu(TypedDict):
+    """One host GPU sample (not replayed on resume)."""
+
+    type: Annotated[Literal["gpu"], _d("gpu")]
+    state: Annotated[_wire_types.MonitorStateName, _d("the monitor's state")]
+    reason: Annotated[str | None, _d("why monitoring is off (null when ok)")]
+    gpus: Annotated[list[_wire_types.GpuSample], _d("the latest sample of each GPU")]
+    alerts: Annotated[list[_wire_types.Alert], _d("alerts raised now")]
+
+
+EVENT_TYPES: tuple[type, ...] = (EventHello, EventJob, EventJobDeleted, EventReset, EventGpu)
+
+
 class PlanMount(TypedDict):
     """A data or output mount of a planned job."""
 
@@ -236,7 +293,16 @@ class Plan(TypedDict):
     ]
 
 
-JOB_TYPES: tuple[type, ...] = (Error, JobPage, JobRecord, RankRecord, JobEvent, BackendList, Plan)
+JOB_TYPES: tuple[type, ...] = (
+    Error,
+    JobPage,
+    JobRecord,
+    RankRecord,
+    JobEvent,
+    BackendList,
+    Plan,
+    *EVENT_TYPES,
+)
 WIRE_TYPES: tuple[type, ...] = JOB_TYPES + _wire_types.TYPES
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

@@ -11,14 +11,15 @@ The cases use only what every backend offers: submit, get, list, cancel, logs of
 and of every rank (``rank=None``), and wait. No store rows, job folders or PIDs; the one
 extra is ``job_processes`` after a cancel, an observation of this host, not of the backend.
 
-The change feed does not exist yet, so ``test_events_accumulate_in_order`` checks the
-events a record accumulates (Submitted, Started, Succeeded, in order). When the feed lands
-that case becomes a feed test: subscribe before submit, assert the same sequence arrives.
+``test_change_feed_reports_pending_running_succeeded`` subscribes to the manager's change
+feed before submitting and checks the feed carries every state of the job, whichever
+backend wrote it (a backend that learns state from outside writes it into the store).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -76,15 +77,38 @@ class BackendContract:
         assert done.created_at <= done.started_at <= done.finished_at
         assert [r.name for r in jobs.list(status=["Succeeded"])] == ["ok"]
 
-    def test_events_accumulate_in_order(self, jobs: JobManager) -> None:
-        # Becomes a change-feed test when the feed lands (see the module docstring).
-        self.submit(jobs, ["python", "fail_rank.py"], name="evs", env={"FAIL_RANK": "9"})
-        done = self.finish(jobs, "evs")
-        assert done.status is JobStatus.SUCCEEDED, done.message
-        reasons = [e.reason for e in done.events]
-        assert reasons == ["Submitted", "Started", "Succeeded"], reasons
+    def test_change_feed_reports_pending_running_succeeded(self, jobs: JobManager) -> None:
+        # Subscribe before submitting, as a surface does: the feed must carry the job's
+        # every state (a fast look, so Pending is seen before the runner starts).
+        since = jobs.last_change_id()
+        stop = threading.Event()
+        seen: list[JobRecord] = []
+
+        def follow() -> None:
+            for batch in jobs.watch(since, stop=stop, timeout=TIMEOUT, interval=0.005):
+                seen.extend(r for r in batch.jobs if r.name == "feed")
+                if seen and seen[-1].status.terminal:
+                    return
+
+        watcher = threading.Thread(target=follow)
+        watcher.start()
+        try:
+            self.submit(jobs, ["python", "-c", "import time; time.sleep(1.5)"], name="feed")
+            watcher.join(TIMEOUT)
+        finally:
+            stop.set()
+            watcher.join(10)
+        statuses = [r.status.value for r in seen]
+        assert [s for i, s in enumerate(statuses) if i == 0 or s != statuses[i - 1]] == [
+            "Pending",
+            "Running",
+            "Succeeded",
+        ], statuses
+        done = seen[-1]  # the feed's record is the whole record, events included
+        assert [e.reason for e in done.events] == ["Submitted", "Started", "Succeeded"]
         times = [e.time for e in done.events]
         assert times == sorted(times)
+        assert done.to_dict() == jobs.get("feed").to_dict()
 
     def test_failing_rank_fails_job_and_stops_the_others(self, jobs: JobManager) -> None:
         self.submit(jobs, ["python", "fail_rank.py"], name="gang",

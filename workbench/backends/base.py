@@ -129,7 +129,17 @@ class NodeInfo:
 
 
 class Backend(ABC):
-    """Runs TrainSpecs somewhere and reports on them."""
+    """Runs TrainSpecs somewhere and reports on them.
+
+    The change feed: surfaces never poll a backend for news. They follow the store's change
+    feed (``JobManager.changes``/``watch``), which SQLite triggers fill on every write to a
+    job, its ranks or its events, from any process. So a backend reports a change by
+    writing it into the store (``JobStore.update``, ``set_rank``, ``add_event``,
+    ``finish_if_active``), and that is all: the local supervisor does so as its ranks
+    move; a backend that learns state from outside (a Kubernetes watch thread, a cloud
+    API) writes what it learns the same way, with ``details`` for its own state (pod
+    names, resourceVersion). A state that only exists outside the store is invisible.
+    """
 
     name: str = "base"
     # backend_options this backend accepts: name -> what it does (validate_options lists them).

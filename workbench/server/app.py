@@ -67,14 +67,15 @@ class WorkbenchApp(ExtensionApp):
     job_poll_interval = Float(
         1.0,
         config=True,
-        help="Seconds between the event stream's checks of the job store for changes "
-        "(one watcher for all clients; a check costs one tiny query when nothing changed).",
+        help="Seconds between checks that active jobs' runners are alive (a runner killed "
+        "with SIGKILL writes nothing, so this look catches it).",
     )
-    job_full_refresh_interval = Float(
-        10.0,
+    job_feed_interval = Float(
+        0.25,
         config=True,
-        help="Seconds between full job listings by the event stream even without a store "
-        "change, which also notices jobs whose supervisor died and non-local backends.",
+        help="Seconds between the event stream's looks at the store's change feed (one "
+        "watcher for all clients; a look costs one tiny query when nothing changed). "
+        "Never longer than job_poll_interval.",
     )
     gpu_sample_interval = Float(
         None,
@@ -117,7 +118,7 @@ class WorkbenchApp(ExtensionApp):
 
     @validate(
         "job_poll_interval",
-        "job_full_refresh_interval",
+        "job_feed_interval",
         "gpu_sample_interval",
         "gpu_history_seconds",
         "alert_gpu_temperature",
@@ -167,7 +168,7 @@ class WorkbenchApp(ExtensionApp):
             executor,
             gpu,
             poll_interval=self.job_poll_interval,
-            full_refresh_interval=self.job_full_refresh_interval,
+            feed_interval=self.job_feed_interval,
         )
         assert self.serverapp is not None
         root = Path(self.serverapp.root_dir).expanduser().resolve()

@@ -1,24 +1,25 @@
 """One event stream for every open panel: job changes, GPU samples and alerts.
 
-A single watcher task polls the job store (one tiny ``PRAGMA data_version`` query per tick
-when nothing changed) and the single host sampler pushes GPU samples; both fan out to all
-WebSocket clients. No client ever causes its own polling of backends or NVML.
+WebSocket protocol v1 (docs/server.md; message shapes in workbench.wireschema). A single
+watcher follows the store's change feed: one tiny ``PRAGMA data_version`` query per tick
+when nothing changed, else the jobs changed since the last id it saw (never the whole
+list). The single host sampler pushes GPU samples. Both fan out to every client; no client
+causes its own polling of backends or NVML.
 
-Messages (JSON text frames):
-``{"type": "hello", "jobs": {status: n}, "gpu": {"state", "reason"}}`` on connect;
-``{"type": "job", "job": <JobRecord wire model>}`` when a job appears or changes;
-``{"type": "job_deleted", "name": ...}``;
-``{"type": "gpu", "state", "reason", "gpus": [...], "alerts": [...]}`` per sample.
+``{base_url}workbench/api/events?protocol=1[&since=K]`` -> text frames:
+``{"type": "hello", "protocol": 1, "last_id", "resumed", "jobs": {status: n}, "gpu"}`` first;
+then (with ``since`` still kept) every job changed after K, then live changes:
+``{"type": "job", "id", "job": <JobRecord>}``, ``{"type": "job_deleted", "id", "name"}``,
+``{"type": "reset", "last_id"}`` (``since`` too old or unknown: re-list with GET jobs),
+``{"type": "gpu", "state", "reason", "gpus", "alerts"}`` (no id, not replayed).
+Ids strictly increase within a connection and each change is sent at most once to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import sqlite3
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,56 +30,34 @@ from jupyter_server.extension.handler import ExtensionHandlerMixin
 from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
+from .._store_feed import ChangeBatch, DataVersion
 from ..manager import JobManager
-from ..spec import JobRecord
 from ..wirejson import dumps_strict
 from ._gpu import GpuMonitor
 
 log = logging.getLogger(__name__)
 
-# Fields that change every second for a running job; clients compute them from the rest.
-VOLATILE = ("elapsed", "cost")
+PROTOCOL = 1
+# Close code for a request this server cannot serve (an unsupported protocol, a bad since):
+# 4000-4999 are the application's own (RFC 6455 7.4.2); 4400 reads as "bad request".
+CLOSE_BAD_REQUEST = 4400
 
 
-def _signature(record: JobRecord) -> str:
-    wire = record.to_dict()
-    for key in VOLATILE:
-        wire.pop(key, None)
-    return json.dumps(wire, sort_keys=True, default=str)
-
-
-class _StoreChanges:
-    """Whether the job store (every backend's jobs) changed since the last look, for one
-    tiny query."""
-
-    def __init__(self, manager: JobManager) -> None:
-        self.manager = manager
-        self._conn: sqlite3.Connection | None = None
-
-    def token(self) -> int | None:
-        """SQLite's data_version of the store (changes on every commit by another connection)."""
-        path = self.manager.store.path  # the manager's one store, whatever the backend
-        try:
-            if self._conn is None:
-                if not path.exists():
-                    return None
-                self._conn = sqlite3.connect(
-                    f"file:{path}?mode=ro", uri=True, timeout=5, check_same_thread=False
-                )
-            return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
-        except sqlite3.Error:
-            self.close()
-            return None
-
-    def close(self) -> None:
-        """Drop the read-only connection."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+def change_messages(batch: ChangeBatch) -> list[tuple[int, dict[str, Any]]]:
+    """The protocol messages of one batch, oldest change first, each with its id."""
+    out: list[tuple[int, dict[str, Any]]] = []
+    for record in batch.jobs:
+        change_id = batch.ids[record.name]
+        out.append((change_id, {"type": "job", "id": change_id, "job": record.to_dict()}))
+    for name in batch.deleted:
+        change_id = batch.ids[name]
+        out.append((change_id, {"type": "job_deleted", "id": change_id, "name": name}))
+    out.sort(key=lambda item: item[0])
+    return out
 
 
 class EventHub:
-    """Owns the one job watcher and the sampler subscription; fans messages out."""
+    """Owns the one change-feed watcher and the sampler subscription; fans messages out."""
 
     def __init__(
         self,
@@ -86,16 +65,18 @@ class EventHub:
         executor: Any,
         gpu: GpuMonitor,
         poll_interval: float = 1.0,
-        full_refresh_interval: float = 10.0,
+        feed_interval: float = 0.25,
     ) -> None:
         self.manager = manager
         self.executor = executor
         self.gpu = gpu
-        self.poll_interval = poll_interval
-        self.full_refresh_interval = full_refresh_interval
+        self.poll_interval = poll_interval  # runner checks of active jobs
+        # Change-feed looks: an idle one is one PRAGMA data_version, so it can be frequent
+        # and a change reaches clients well within a second.
+        self.feed_interval = min(feed_interval, poll_interval)
         self.clients: set[EventStreamHandler] = set()
-        self._changes = _StoreChanges(manager)
-        self._known: dict[str, str] | None = None
+        self.cursor = 0  # the newest change id the watcher has read and broadcast
+        self._version = DataVersion(manager.store)
         self._task: asyncio.Task[None] | None = None
         self._reconciler: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -103,26 +84,65 @@ class EventHub:
         self.ticks = 0  # store looks so far (tests check that clients do not multiply them)
         self._starting = asyncio.Lock()
 
-    async def add(self, client: EventStreamHandler) -> None:
-        """Register a client; the first one takes the baseline and starts the watcher.
-
-        The baseline is read before this returns (and so before the client's hello), so a
-        job submitted after the hello is always reported as a change.
-        """
+    async def _start(self) -> None:
+        """Start the watcher (from the feed's newest id) and the sampler subscription once."""
         async with self._starting:
             if self._task is None or self._task.done():
                 loop = self._loop = asyncio.get_running_loop()
-                # Token first: a change racing the listing is then seen on the next tick.
-                token = await loop.run_in_executor(self.executor, self._changes.token)
-                records = await loop.run_in_executor(self.executor, self.manager.list)
-                self._known = None
-                self._publish(records)
-                self._task = loop.create_task(self._watch_jobs(token))
+                self.cursor = await loop.run_in_executor(self.executor, self.manager.last_change_id)
+                self._task = loop.create_task(self._watch_jobs())
                 self.ensure_reconciling()
                 self._unsubscribe = await loop.run_in_executor(
                     self.executor, self.gpu.subscribe, self._on_gpu_sample
                 )
-        self.clients.add(client)
+
+    async def add(self, client: EventStreamHandler, since: int | None) -> None:
+        """Greet ``client`` (hello), send what it missed after ``since``, then register it
+        for live changes: every change after its resume point exactly once, in id order."""
+        await self._start()
+        loop = asyncio.get_running_loop()
+        context = client.settings["workbench"]
+
+        def greeting() -> tuple[dict[str, Any], ChangeBatch | None]:
+            batch = None if since is None else self.manager.changes(since)
+            head = self.manager.last_change_id()  # after the batch: no replayed id exceeds it
+            hello = {
+                "type": "hello",
+                "protocol": PROTOCOL,
+                "last_id": head,
+                "resumed": batch is not None and not batch.reset,
+                "jobs": self.manager.counts(),
+                "gpu": {"state": context.gpu.state, "reason": context.gpu.reason},
+            }
+            return hello, batch
+
+        hello, batch = await loop.run_in_executor(self.executor, greeting)
+        client.send(hello)
+        if batch is None:
+            client.sent_id = int(hello["last_id"])  # live changes only: it lists the rest
+        else:
+            client.sent_id = since or 0
+            self._deliver(client, batch)
+        # Catch up until no await separates the client's position from the watcher's: the
+        # check and the registration then happen in one step on the loop, so the watcher's
+        # next broadcast starts exactly where the client stands.
+        while client.sent_id < self.cursor or (batch is not None and batch.more):
+            batch = await loop.run_in_executor(self.executor, self.manager.changes, client.sent_id)
+            self._deliver(client, batch)
+        if client.ws_connection is not None and not client.ws_connection.is_closing():
+            self.clients.add(client)  # else it left while catching up: nothing to register
+
+    def _deliver(self, client: EventStreamHandler, batch: ChangeBatch) -> None:
+        """Send one batch to one client, skipping what it already has."""
+        if batch.reset:
+            client.send({"type": "reset", "last_id": batch.last_id})
+            client.sent_id = batch.last_id
+            return
+        for change_id, message in change_messages(batch):
+            if change_id > client.sent_id:
+                client.send(message)
+                client.sent_id = change_id
+        client.sent_id = max(client.sent_id, batch.last_id)
 
     def remove(self, client: EventStreamHandler) -> None:
         """Forget a disconnected client."""
@@ -133,29 +153,21 @@ class EventHub:
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        if self._reconciler is not None:
-            self._reconciler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reconciler
-            self._reconciler = None
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._reconciler, self._task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reconciler = self._task = None
         for client in list(self.clients):
             client.close()
         self.clients.clear()
-        self._changes.close()
+        self._version.close()
 
     def broadcast(self, message: dict[str, Any]) -> None:
-        """Send one message to every client (on the event loop)."""
-        text = dumps_strict(message, default=str)
+        """Send one message (without a change id: GPU samples) to every client."""
         for client in list(self.clients):
-            try:
-                client.write_message(text)
-            except WebSocketClosedError:
-                self.clients.discard(client)
+            client.send(message)
 
     def ensure_reconciling(self) -> None:
         """Start (once, on the running loop) the task that settles jobs whose runner died."""
@@ -163,9 +175,12 @@ class EventHub:
             self._reconciler = asyncio.get_running_loop().create_task(self._reconcile_jobs())
 
     async def _reconcile_jobs(self) -> None:
-        # A supervisor that dies (SIGKILL, OOM killer) writes nothing: look at the active
-        # jobs' supervisors every tick, even with no client and no reader, so such a job
-        # turns Failed (and its processes die) within a tick; the watcher then reports it.
+        # The one periodic look that is not the feed, and why it stays: a supervisor that
+        # dies (SIGKILL, OOM killer) writes nothing, so no change is recorded. Every tick it
+        # reads the ACTIVE jobs only (an indexed query, not the list) and checks their
+        # runners, even with no client, so such a job turns Failed within a tick; that
+        # write then reaches clients through the feed. Elapsed time and cost are not
+        # refreshed here: clients compute them from started_at and price_per_hour.
         loop = asyncio.get_running_loop()
         while True:
             try:
@@ -176,39 +191,38 @@ class EventHub:
                 log.exception("workbench: reconciling jobs failed")
             await asyncio.sleep(self.poll_interval)
 
-    async def _watch_jobs(self, last_token: int | None) -> None:
-        loop = asyncio.get_running_loop()
-        last_full = time.monotonic()
+    def _read_feed(self, since: int) -> list[ChangeBatch]:
+        """On a worker thread: nothing when no process committed since the last tick, else
+        every batch after ``since``."""
+        if not self._version.changed():
+            return []
+        batches = []
         while True:
-            await asyncio.sleep(self.poll_interval)
+            batch = self.manager.changes(since)
+            batches.append(batch)
+            since = batch.last_id
+            if not batch.more or batch.reset:
+                return batches
+
+    async def _watch_jobs(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.feed_interval)
             try:
-                token = await loop.run_in_executor(self.executor, self._changes.token)
-                now = time.monotonic()
-                if (
-                    token is None
-                    or token != last_token
-                    or now - last_full >= self.full_refresh_interval
-                ):
-                    last_token, last_full = token, now
-                    records = await loop.run_in_executor(self.executor, self.manager.list)
-                    self._publish(records)
+                batches = await loop.run_in_executor(self.executor, self._read_feed, self.cursor)
+                for batch in batches:
+                    self._publish(batch)
                 self.ticks += 1
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep the one watcher alive; the next tick retries
-                log.exception("workbench event stream: reading jobs failed")
+                log.exception("workbench event stream: reading the change feed failed")
 
-    def _publish(self, records: list[JobRecord]) -> None:
-        current = {r.name: (_signature(r), r) for r in records}
-        first = self._known is None
-        known = self._known or {}
-        if not first:
-            for name, (sig, record) in current.items():
-                if known.get(name) != sig:
-                    self.broadcast({"type": "job", "job": record.to_dict()})
-            for name in known.keys() - current.keys():
-                self.broadcast({"type": "job_deleted", "name": name})
-        self._known = {name: sig for name, (sig, _) in current.items()}
+    def _publish(self, batch: ChangeBatch) -> None:
+        """Fan one batch out (on the loop); each client gets only ids beyond its own."""
+        for client in list(self.clients):
+            self._deliver(client, batch)
+        self.cursor = max(self.cursor, batch.last_id) if not batch.reset else batch.last_id
 
     def _on_gpu_sample(self) -> None:
         """Called on the sampler's thread: hop to the loop before touching clients."""
@@ -235,6 +249,7 @@ class EventStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler
     """``{base_url}workbench/api/events``: the WebSocket every panel listens on."""
 
     auth_resource = "workbench"
+    sent_id = 0  # the newest change id this connection has been sent (or skipped past)
 
     @property
     def hub(self) -> EventHub:
@@ -253,21 +268,36 @@ class EventStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler
             raise web.HTTPError(403)
         await super().get(*args, **kwargs)
 
-    async def open(self, *args: Any, **kwargs: Any) -> None:
-        """Register with the hub and greet with the current counts and GPU state."""
-        super().open(*args, **kwargs)
-        loop = asyncio.get_running_loop()
-        context = self.settings["workbench"]
-        counts = await loop.run_in_executor(context.executor, context.manager.counts)
-        state = await loop.run_in_executor(
-            context.executor, lambda: (context.gpu.state, context.gpu.reason)
-        )
-        await self.hub.add(self)
-        self.write_message(
-            json.dumps(
-                {"type": "hello", "jobs": counts, "gpu": {"state": state[0], "reason": state[1]}}
+    def _request(self) -> tuple[int | None, str | None]:
+        """``since`` from the query, or why the request cannot be served."""
+        protocol = self.get_query_argument("protocol", str(PROTOCOL))
+        if protocol.strip() != str(PROTOCOL):
+            return None, (
+                f"unsupported protocol {protocol[:20]!r}: this server speaks protocol "
+                f"{PROTOCOL} (connect with ?protocol={PROTOCOL})"
             )
-        )
+        since = self.get_query_argument("since", None)
+        if since is None:
+            return None, None
+        if not since.strip().isdigit():
+            return None, f"since must be a change id (a whole number >= 0), got {since[:20]!r}"
+        return int(since), None
+
+    async def open(self, *args: Any, **kwargs: Any) -> None:
+        """Check the protocol, then let the hub greet, catch up and register this client."""
+        super().open(*args, **kwargs)
+        since, error = self._request()
+        if error is not None:
+            self.close(CLOSE_BAD_REQUEST, error)
+            return
+        await self.hub.add(self, since)
+
+    def send(self, message: dict[str, Any]) -> None:
+        """Write one message; a client that went away is dropped."""
+        try:
+            self.write_message(dumps_strict(message, default=str))
+        except WebSocketClosedError:
+            self.hub.remove(self)
 
     def on_message(self, message: str | bytes) -> None:
         """Clients only listen; anything they send is ignored."""

@@ -1,8 +1,9 @@
 """What a live job view needs, read incrementally and kept bounded (no ipywidgets here).
 
-A ``JobFeed`` is polled by the widget's refresh thread: each ``poll()`` costs one record
-read, a tail read of the chosen rank's log and the new bytes of the metric files, however
-large the files and however chatty the job. Memory stays bounded: the last ``log_lines``
+A ``JobFeed`` is polled by the widget's refresh thread: each ``poll()`` costs a look at the
+store's change feed (the record is read only when it changed), a tail read of the chosen
+rank's log and the new bytes of the metric files, however large the files and however
+chatty the job. Memory stays bounded: the last ``log_lines``
 lines, ``max_points`` points per scalar series.
 """
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..manager import JobManager
+from ..manager import LIVENESS, JobManager
 from ..monitor.metrics import GPU_FILE, metrics_dir, parse_records
 from ..spec import JobRecord
 
@@ -127,14 +129,36 @@ class JobFeed:
         self.progress = Progress()
         self.gpus: dict[tuple[Any, Any], dict[str, Any]] = {}
         self._followers: dict[Path, JsonlFollower] = {}
+        self._since = 0  # the newest change id of the store's feed seen so far
+        self._read_at = 0.0  # when the record was last known fresh (monotonic)
 
     def poll(self) -> JobRecord:
         """Refresh everything once; returns the current record."""
-        self.record = record = self.manager.get(self.name)
+        self.record = record = self._current_record()
         self.log = self._log_tail(record)
         if record.job_dir and os.path.isdir(record.job_dir):
             self._read_metrics(Path(record.job_dir))
         return record
+
+    def _current_record(self) -> JobRecord:
+        """The job's record, from the store's change feed: re-read only when the feed says
+        it changed, or every ``LIVENESS`` seconds through the backend (a runner that dies
+        writes nothing; the backend's read notices it)."""
+        now = time.monotonic()
+        if self.record is None or now - self._read_at >= LIVENESS:
+            self._since = self.manager.last_change_id()  # before the read: nothing is missed
+            self._read_at = now
+            return self.manager.get(self.name)
+        batch = self.manager.changes(self._since)
+        self._since = batch.last_id
+        if batch.reset or self.name in batch.deleted:
+            self._read_at = now
+            return self.manager.get(self.name)  # raises JobNotFoundError once it is gone
+        for changed in batch.jobs:
+            if changed.name == self.name:
+                self._read_at = now
+                return changed
+        return self.record
 
     def _log_tail(self, record: JobRecord) -> list[str]:
         if self.rank >= record.workers:
