@@ -304,7 +304,7 @@ def test_dropped_watch_raises_protocol_error(
     rv = v1.list_namespaced_pod(NS).metadata.resource_version
     for i in range(5):
         v1.create_namespaced_pod(NS, pod(f"p{i}"))
-    kube_fake.state.faults.drop_after, kube_fake.state.faults.drop_count = 2, 1
+    kube_fake.drop_next_watches(1, after_events=2)
     got = []
     with pytest.raises(urllib3.exceptions.ProtocolError):
         for ev in watch.Watch().stream(
