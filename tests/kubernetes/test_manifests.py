@@ -28,9 +28,7 @@ from workbench.contract import World, worker_env
 from workbench.errors import SpecError
 from workbench.spec import TrainSpec
 
-CRDS = Path("/work/shared/k8s-crds")
-if not CRDS.is_dir():  # in a checkout: the copy beside the repository
-    CRDS = Path(__file__).resolve().parents[3] / "shared" / "k8s-crds"
+CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "k8s-crds"  # upstream, unchanged
 K8S_VERSION = "1.37.0"
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?\Z")

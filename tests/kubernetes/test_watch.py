@@ -280,3 +280,26 @@ def test_randomised_faults_over_200_jobs(kube_fake: FakeKubeAPIServer, start: An
     for name in names:  # never backwards
         seq = [order[p] for _, n, p in rec.seen() if n == name and p]
         assert seq == sorted(seq), (name, seq)
+
+
+@pytest.mark.parametrize(("interval", "lists"), [(0.1, 1), (1000.0, 2)])
+def test_bookmarks_spare_a_relist_after_compaction(
+    kube_fake: FakeKubeAPIServer, start: Any, interval: float, lists: int
+) -> None:
+    """Bookmarks move the watch's resourceVersion past changes it does not select, so a
+    reconnect after those are compacted resumes instead of re-listing (without them the
+    watch's version is too old and the server answers 410)."""
+    state = kube_fake.state
+    state.faults.bookmark_interval = interval
+    rec = Recorder()
+    w = start(rec)
+    for i in range(5):  # unrelated objects move the resourceVersion on
+        state.create(("", "v1", "secrets"), NS, {"metadata": {"name": f"s{i}"}})
+    if interval < 1:
+        wait_for(lambda: w.resource_version == str(state.rv))
+    state.compact()
+    kube_fake.kick_watches()
+    state.create(("", "v1", "pods"), NS, pod("a-0"))
+    wait_for(lambda: rec.latest() == {"a-0": "Pending"})
+    assert (w.stats.lists, w.stats.expired) == (lists, lists - 1)
+    assert (w.stats.bookmarks > 0) == (interval < 1)

@@ -358,7 +358,6 @@ class _PodBuilder:
             "name": f"prefetch-{volume}",
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
-            # TODO(issue 12): workbench.data has no prefetch CLI yet; this is its shape.
             "command": ["python", "-m", "workbench.data", "prefetch", src, target],
             "env": env,
             "volumeMounts": [{"name": volume, "mountPath": target}],
