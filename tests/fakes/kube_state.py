@@ -282,7 +282,9 @@ class ClusterState:
 
     def patch(self, res: Resource, ns: str | None, name: str, patch: Any,
               subresource: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """Merge patch (JSON merge and strategic merge treated alike)."""
+        """Merge patch. JSON merge and strategic merge are treated alike (a list is
+        replaced whole, which is what patching ``finalizers`` or ``labels`` needs); as on
+        a real server, the main resource ignores ``status`` and /status changes only it."""
         with self.lock:
             old = self.objects.get((res, ns, name))
             if old is None:
@@ -292,7 +294,13 @@ class ClusterState:
             new = merge_patch(copy.deepcopy(old), patch)
             if subresource == "status":
                 new = {**copy.deepcopy(old), "status": new.get("status")}
-            new["metadata"]["uid"] = old["metadata"]["uid"]
+            elif "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            for key in ("uid", "creationTimestamp", "namespace", "name"):
+                if key in old["metadata"]:
+                    new["metadata"][key] = old["metadata"][key]
+            if new.get("spec") != old.get("spec"):
+                new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
             return self._update(res, ns, name, old, new)
 
     def _update(self, res: Resource, ns: str | None, name: str, old: dict[str, Any],

@@ -401,3 +401,18 @@ def test_background_delete_removes_owner_and_dependents(api_client: client.ApiCl
     assert v1.list_namespaced_pod(NS).items == []
     with pytest.raises(ApiException):
         batch.read_namespaced_job("j", NS)
+
+
+def test_status_changes_only_through_the_status_subresource(api_client: client.ApiClient) -> None:
+    v1 = client.CoreV1Api(api_client)
+    v1.create_namespaced_pod(NS, pod("p"))
+    v1.patch_namespaced_pod(
+        "p", NS, {"status": {"phase": "Running"}, "metadata": {"labels": {"a": "b"}}}
+    )
+    got = v1.read_namespaced_pod("p", NS)
+    assert got.status.phase == "Pending" and got.metadata.labels == {"a": "b"}
+    v1.patch_namespaced_pod_status(
+        "p", NS, {"status": {"phase": "Running"}, "metadata": {"labels": {}}}
+    )
+    got = v1.read_namespaced_pod("p", NS)
+    assert got.status.phase == "Running" and got.metadata.labels == {"a": "b"}
