@@ -1,0 +1,140 @@
+"""Rendered Indexed Jobs run end to end on the fake cluster: the controller makes the
+pods, the kubelet runs them as local processes with the env Kubernetes would give them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.fakes.kube_apiserver import FakeKubeAPIServer
+from tests.fakes.kube_kubelet import FakeCluster, expand, wait_until
+from workbench.backends.kubernetes.manifests import ClusterOptions, RenderedJob, render
+from workbench.catalog import load_catalog
+from workbench.spec import TrainSpec
+
+NS = "team-a"
+TOKEN = "tok-secret-value-123"
+PRINT_ENV = (
+    "import json, os; keys = ['RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'PET_NODE_RANK', 'PET_NNODES', "
+    "'WORKBENCH_RANK', 'WORKBENCH_JOB_NAME', 'JOB_COMPLETION_INDEX', 'HF_TOKEN']; "
+    "print(json.dumps({k: os.environ.get(k) for k in keys})); import sys; print(sys.argv[1:])"
+)
+
+
+@pytest.fixture
+def cluster(kube_fake: FakeKubeAPIServer, tmp_path: Path) -> Iterator[FakeCluster]:
+    c = FakeCluster(kube_fake, tmp_path, grace=2).start()
+    yield c
+    c.stop()
+
+
+def submit(api: client.ApiClient, job: RenderedJob) -> None:
+    """What the backend will do: the Secret, then every manifest."""
+    v1, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    if job.secret:
+        v1.create_namespaced_secret(NS, job.secret)
+    for obj in job.manifests:
+        if obj["kind"] == "Service":
+            v1.create_namespaced_service(NS, obj)
+        else:
+            batch.create_namespaced_job(NS, obj)
+
+
+def make(command: list[str], workers: int = 2, **extra: Any) -> RenderedJob:
+    spec = TrainSpec.from_dict({"name": "demo", "command": command, "image": "pytorch",
+                                "workers": workers, "env": {"HF_TOKEN": TOKEN}, **extra})  # fmt: skip
+    catalog = load_catalog()
+    spec.validate(catalog)
+    options = ClusterOptions(namespace=NS, master_wait_seconds=20)
+    return render(spec, catalog.spec(spec.instance_spec or ""), spec.image_ref(catalog), options)
+
+
+def job_condition(api: client.ApiClient) -> str | None:
+    job = client.BatchV1Api(api).read_namespaced_job("demo", NS)
+    conditions = (job.status.conditions if job.status else None) or []
+    return conditions[0].type if conditions else None
+
+
+def pod_logs(api: client.ApiClient) -> dict[int, str]:
+    v1 = client.CoreV1Api(api)
+    out = {}
+    for p in v1.list_namespaced_pod(NS, label_selector="workbench.io/job=demo").items:
+        if p.status.phase == "Succeeded":
+            out[int(p.metadata.annotations["batch.kubernetes.io/job-completion-index"])] = (
+                v1.read_namespaced_pod_log(p.metadata.name, NS, container="worker")
+            )
+    return out
+
+
+def test_expand_follows_kubernetes_rules() -> None:
+    assert expand("$(A)-$$(A)-$(B)-$$$(A)", {"A": "x"}) == "x-$(A)-$(B)-$x"
+
+
+def test_indexed_job_runs_with_the_contract_env(
+    api_client: client.ApiClient, cluster: FakeCluster
+) -> None:
+    submit(api_client, make(["python", "-c", PRINT_ENV, "--price=$(cost)"]))
+    wait_until(lambda: job_condition(api_client) is not None, timeout=60)
+    assert job_condition(api_client) == "Complete"
+    logs = pod_logs(api_client)
+    assert sorted(logs) == [0, 1]
+    for index, text in logs.items():
+        env_line, argv_line = text.splitlines()[:2]
+        env = json.loads(env_line)
+        assert env == {
+            "RANK": str(index), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "PET_NODE_RANK": str(index),
+            "PET_NNODES": "2", "WORKBENCH_RANK": str(index), "WORKBENCH_JOB_NAME": "demo",
+            "JOB_COMPLETION_INDEX": str(index), "HF_TOKEN": TOKEN,
+        }  # fmt: skip
+        assert argv_line == "['--price=$(cost)']"  # kept literal through $(...) expansion
+    status = client.BatchV1Api(api_client).read_namespaced_job("demo", NS).status
+    assert (status.succeeded, status.failed, status.completed_indexes) == (2, 0, "0-1")
+
+
+def test_failed_index_is_retried_up_to_the_backoff_limit(
+    api_client: client.ApiClient, cluster: FakeCluster
+) -> None:
+    submit(api_client, make(["python", "-c", "import sys; sys.exit(3)"], workers=1, max_retries=1))
+    wait_until(lambda: job_condition(api_client) is not None, timeout=60)
+    assert job_condition(api_client) == "Failed"
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(NS).items
+    assert [p.status.phase for p in pods] == ["Failed", "Failed"]
+    assert {p.status.container_statuses[0].state.terminated.exit_code for p in pods} == {3}
+
+
+def test_foreground_delete_stops_every_process(
+    api_client: client.ApiClient, cluster: FakeCluster
+) -> None:
+    submit(
+        api_client, make(["python", "-c", "import time; print('up', flush=True); time.sleep(120)"])
+    )
+    v1 = client.CoreV1Api(api_client)
+    wait_until(lambda: len(cluster.procs) == 2 and all(
+        p.status.phase == "Running" for p in v1.list_namespaced_pod(NS).items), timeout=60)  # fmt: skip
+    pids = [p.pid for p in cluster.procs.values()]
+    assert all(psutil.pid_exists(pid) for pid in pids)
+    client.BatchV1Api(api_client).delete_namespaced_job("demo", NS, propagation_policy="Foreground")
+    # returns at once; the Job lingers until its pods (and their processes) are gone
+    assert client.BatchV1Api(api_client).read_namespaced_job("demo", NS).metadata.deletion_timestamp
+
+    def gone() -> bool:
+        try:
+            client.BatchV1Api(api_client).read_namespaced_job("demo", NS)
+        except ApiException as e:
+            return e.status == 404
+        return False
+
+    wait_until(gone, timeout=30)
+    assert v1.list_namespaced_pod(NS).items == []
+    assert not [
+        pid
+        for pid in pids
+        if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    ]
