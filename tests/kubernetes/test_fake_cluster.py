@@ -4,6 +4,7 @@ pods, the kubelet runs them as local processes with the env Kubernetes would giv
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,12 +48,12 @@ def submit(api: client.ApiClient, job: RenderedJob) -> None:
             batch.create_namespaced_job(NS, obj)
 
 
-def make(command: list[str], workers: int = 2, **extra: Any) -> RenderedJob:
+def make(command: list[str], workers: int = 2, port: int = 23456, **extra: Any) -> RenderedJob:
     spec = TrainSpec.from_dict({"name": "demo", "command": command, "image": "pytorch",
                                 "workers": workers, "env": {"HF_TOKEN": TOKEN}, **extra})  # fmt: skip
     catalog = load_catalog()
     spec.validate(catalog)
-    options = ClusterOptions(namespace=NS, master_wait_seconds=20)
+    options = ClusterOptions(namespace=NS, master_wait_seconds=20, master_port=port)
     return render(spec, catalog.spec(spec.instance_spec or ""), spec.image_ref(catalog), options)
 
 
@@ -138,3 +139,25 @@ def test_foreground_delete_stops_every_process(
         for pid in pids
         if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     ]
+
+
+@pytest.mark.slow
+def test_two_worker_torch_ddp_job_completes(
+    api_client: client.ApiClient, cluster: FakeCluster
+) -> None:
+    """A real 2-rank torch DDP run (gloo) forms its world from the rendered env alone."""
+    with socket.socket() as s:  # a free loopback port for this test's rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = ["python", "-m", "workbench.examples.train_ddp", "--epochs", "1", "--steps", "5"]
+    submit(api_client, make(command, port=port))
+    wait_until(lambda: job_condition(api_client) is not None, timeout=120)
+    logs = pod_logs(api_client)
+    assert job_condition(api_client) == "Complete", logs
+    done = {
+        i: [line for line in text.splitlines() if line.startswith(f"rank {i} done")]
+        for i, text in logs.items()
+    }
+    assert sorted(done) == [0, 1] and all(len(v) == 1 for v in done.values()), logs
+    digests = {v[0].split(" params ")[1] for v in done.values()}
+    assert len(digests) == 1 and all(" world 2 " in v[0] for v in done.values())
