@@ -6,6 +6,7 @@
   in every container, hostname ``JOB-INDEX``, an owner reference to the Job; it retries
   failed indexes up to ``backoffLimit`` and writes the Job's counters and its Complete
   or Failed condition.
+* The PyTorchJob controller (kube_pytorchjob.py) does the training-operator's part.
 * The kubelet runs each pod's init containers, then its first container, as local
   processes (the image is ignored: the host's Python runs everything), resolving env as
   Kubernetes does (values, the downward API, secretKeyRef, ``$(VAR)`` in commands), fills
@@ -16,9 +17,9 @@
 Cluster DNS is loopback. An ``nslookup`` on the processes' PATH answers from the names
 the cluster has published (pods with a hostname and subdomain whose headless Service
 exists: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
-so init containers wait as they would on a cluster. The main container's variables whose
-value is such a name get 127.0.0.1 instead (torch resolves names in C, past any Python
-patch), which is the one place its env differs from the rendered manifest. Volumes are not
+so init containers wait as they would on a cluster. In the main container, MASTER_ADDR
+and PET_MASTER_ADDR holding such a name get 127.0.0.1 instead (torch resolves names in C,
+past any Python patch): the one place its env differs from the rendered manifest. Volumes are not
 mounted. Every process binds and dials 127.0.0.1 only.
 """
 
@@ -38,13 +39,15 @@ from pathlib import Path
 from typing import Any
 
 from .kube_apiserver import KUBELET_FINALIZER, FakeKubeAPIServer
-from .kube_state import ApiError, now_rfc3339
+from .kube_pytorchjob import reconcile_pytorchjobs
+from .kube_state import ApiError, now_rfc3339, selector_matches
 
 PODS = ("", "v1", "pods")
 JOBS = ("batch", "v1", "jobs")
 SERVICES = ("", "v1", "services")
 SECRETS = ("", "v1", "secrets")
 INDEX = "batch.kubernetes.io/job-completion-index"
+ADDRESS_VARS = frozenset({"MASTER_ADDR", "PET_MASTER_ADDR"})  # the contract's host names
 _FIELD = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]\Z")
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -105,6 +108,7 @@ class FakeCluster:
                 seen = self.state.rv
             try:
                 self._reconcile_jobs()
+                reconcile_pytorchjobs(self.state)
                 self._publish_dns()
                 self._reconcile_pods()
             except ApiError:  # raced with a delete: the next pass sees the new state
@@ -211,6 +215,20 @@ class FakeCluster:
                     f"{base}.{ns}",
                     f"{base}.{ns}.svc",
                     f"{base}.{ns}.svc.cluster.local",
+                }
+        pods = self.state.list(PODS, None)[0]
+        for svc in self.state.list(SERVICES, None)[0]:  # a Service resolves once it has pods
+            ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+            selector = (svc.get("spec") or {}).get("selector") or {}
+            reqs = [(k, "=", {v}) for k, v in selector.items()]
+            backed = any(p["metadata"]["namespace"] == ns
+                         and selector_matches(reqs, p["metadata"].get("labels") or {}) for p in pods)  # fmt: skip
+            if selector and backed:
+                names |= {
+                    name,
+                    f"{name}.{ns}",
+                    f"{name}.{ns}.svc",
+                    f"{name}.{ns}.svc.cluster.local",
                 }
         text = "".join(f"{n}\n" for n in sorted(names))
         if self.dns_file.read_text() != text:
@@ -323,7 +341,8 @@ class FakeCluster:
                 value = expand(e["value"], out)
             else:
                 value = self._value_from(pod, ns, e["valueFrom"])
-            out[e["name"]] = "127.0.0.1" if loopback_names and value in self.dns_names else value
+            loopback = loopback_names and e["name"] in ADDRESS_VARS and value in self.dns_names
+            out[e["name"]] = "127.0.0.1" if loopback else value
         return out
 
     def _value_from(self, pod: dict[str, Any], ns: str, source: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.fakes.kube_pytorchjob import operator_env  # what training-operator v1.9 adds
 from workbench.backends.kubernetes.manifests import (
     INDEX_ANNOTATION,
     LABEL_JOB,
@@ -288,24 +289,6 @@ def test_indexed_pods_get_the_local_env_contract(procs: int) -> None:
         assert seen["RANK"] == seen["PET_NODE_RANK"] == seen["WORKBENCH_RANK"] == str(index)
 
 
-def _kubeflow_operator_env(job: dict[str, Any], rtype: str, index: int) -> dict[str, str]:
-    """What training-operator v1.9 adds to a PyTorchJob pod (pkg/controller.v1/pytorch/
-    envvar.go, master.go): written from reading the source, to check our half fits."""
-    spec = job["spec"]
-    total = sum(r["replicas"] for r in spec["pytorchReplicaSpecs"].values())
-    nproc = int(spec.get("nprocPerNode") or 1)
-    port = next(p["containerPort"] for p in spec["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
-                ["containers"][0]["ports"] if p["name"] == "pytorchjob-port")  # fmt: skip
-    master = f"{job['metadata']['name']}-master-0"
-    rank = index + 1 if rtype == "worker" else index
-    env = {"PYTHONUNBUFFERED": "1", "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
-           "MASTER_ADDR": master, "PET_MASTER_ADDR": master, "WORLD_SIZE": str(total * nproc),
-           "RANK": str(rank), "PET_NODE_RANK": str(rank), "PET_NNODES": str(total)}  # fmt: skip
-    if spec.get("nprocPerNode") is not None:
-        env["PET_NPROC_PER_NODE"] = spec["nprocPerNode"]
-    return env
-
-
 @pytest.mark.parametrize("procs", [1, 2])
 def test_kubeflow_pods_get_the_local_env_contract(procs: int) -> None:
     spec = make(workers=3, gpus=procs, procs_per_worker=procs)
@@ -315,7 +298,7 @@ def test_kubeflow_pods_get_the_local_env_contract(procs: int) -> None:
     for rtype, lower, index in ranks:
         main = job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]
         ours = {e["name"]: e.get("value") for e in main["env"]}
-        operator = _kubeflow_operator_env(job, lower, index)
+        operator = {e["name"]: e["value"] for e in operator_env(job, lower, index)}
         assert not set(ours) & set(operator), "a variable set twice hides one of them"
         seen = {**operator, **{k: v for k, v in ours.items() if v is not None}}
         # the shell wrapper copies RANK into WORKBENCH_RANK
