@@ -1,0 +1,412 @@
+"""In-process controllers and a "kubelet" for the fake API server.
+
+* The Indexed Job controller turns a batch/v1 Job with ``completionMode: Indexed`` into
+  pods ``JOB-INDEX-xxxxx`` as the real one does: the completion index as the
+  ``batch.kubernetes.io/job-completion-index`` annotation and label, JOB_COMPLETION_INDEX
+  in every container, hostname ``JOB-INDEX``, an owner reference to the Job; it retries
+  failed indexes up to ``backoffLimit`` and writes the Job's counters and its Complete
+  or Failed condition.
+* The PyTorchJob controller (kube_pytorchjob.py) does the training-operator's part.
+* The kubelet runs each pod's init containers, then its first container, as local
+  processes (the image is ignored: the host's Python runs everything), resolving env as
+  Kubernetes does (values, the downward API, secretKeyRef, ``$(VAR)`` in commands), fills
+  the pod's log buffer, and moves the pod through Pending, Running, Succeeded and Failed.
+  A pod it runs carries its finalizer, so deleting the pod (or the Job, in the
+  foreground) waits until the kubelet has killed the process group.
+
+Cluster DNS is loopback. An ``nslookup`` on the processes' PATH answers from the names
+the cluster has published (pods with a hostname and subdomain whose headless Service
+exists: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
+so init containers wait as they would on a cluster. In the main container, MASTER_ADDR
+and PET_MASTER_ADDR holding such a name get 127.0.0.1 instead (torch resolves names in C,
+past any Python patch): the one place its env differs from the rendered manifest. Volumes are not
+mounted. Every process binds and dials 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .kube_apiserver import KUBELET_FINALIZER, FakeKubeAPIServer
+from .kube_pytorchjob import reconcile_pytorchjobs
+from .kube_state import ApiError, now_rfc3339, selector_matches
+
+PODS = ("", "v1", "pods")
+JOBS = ("batch", "v1", "jobs")
+SERVICES = ("", "v1", "services")
+SECRETS = ("", "v1", "secrets")
+INDEX = "batch.kubernetes.io/job-completion-index"
+ADDRESS_VARS = frozenset({"MASTER_ADDR", "PET_MASTER_ADDR"})  # the contract's host names
+_FIELD = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]\Z")
+_VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` expansion: ``$$`` is a literal ``$``; unknown names stay."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR.sub(sub, text)
+
+
+class FakeCluster:
+    """The controllers and one node's kubelet, reconciling in a daemon thread."""
+
+    def __init__(self, fake: FakeKubeAPIServer, workdir: Path, grace: float = 3.0) -> None:
+        self.fake, self.state = fake, fake.state
+        self.workdir = workdir
+        self.grace = grace
+        self.procs: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
+        self._starting: set[tuple[str, str]] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.bin = workdir / "bin"
+        self.dns_file = workdir / "dns-names"
+        self.dns_names: set[str] = set()
+
+    def start(self) -> FakeCluster:
+        """Begin reconciling."""
+        self.bin.mkdir(parents=True, exist_ok=True)
+        self.dns_file.write_text("")
+        shim = self.bin / "nslookup"
+        shim.write_text(f'#!/bin/sh\ngrep -qxF "$1" {self.dns_file}\n')
+        shim.chmod(0o755)
+        self._thread = threading.Thread(target=self._loop, name="fake-cluster", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop reconciling and kill every process still running."""
+        self._stop.set()
+        with self.state.lock:
+            self.state.lock.notify_all()
+        if self._thread:
+            self._thread.join(5)
+        for proc in list(self.procs.values()):
+            _kill(proc, 0)
+
+    def _loop(self) -> None:
+        seen = -1
+        while not self._stop.is_set():
+            with self.state.lock:
+                if self.state.rv == seen:
+                    self.state.lock.wait(0.2)
+                seen = self.state.rv
+            try:
+                self._reconcile_jobs()
+                reconcile_pytorchjobs(self.state)
+                self._publish_dns()
+                self._reconcile_pods()
+            except ApiError:  # raced with a delete: the next pass sees the new state
+                continue
+
+    # -- Indexed Job controller --
+    def _reconcile_jobs(self) -> None:
+        jobs, _ = self.state.list(JOBS, None)
+        for job in jobs:
+            spec = job.get("spec") or {}
+            if spec.get("completionMode") != "Indexed" or job["metadata"].get("deletionTimestamp"):
+                continue
+            ns, name, uid = (
+                job["metadata"]["namespace"],
+                job["metadata"]["name"],
+                job["metadata"]["uid"],
+            )
+            status = job.get("status") or {}
+            if any(c.get("type") in ("Complete", "Failed") for c in status.get("conditions") or []):
+                continue
+            pods = [p for p in self.state.list(PODS, ns)[0]
+                    if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]  # fmt: skip
+            by_index: dict[int, list[dict[str, Any]]] = {}
+            for p in pods:
+                by_index.setdefault(int(p["metadata"]["annotations"][INDEX]), []).append(p)
+            completions = int(spec.get("completions") or 1)
+            succeeded = {
+                i for i, ps in by_index.items() if any(_phase(p) == "Succeeded" for p in ps)
+            }
+            failed = sum(1 for p in pods if _phase(p) == "Failed")
+            active = [p for p in pods if _phase(p) in ("Pending", "Running")
+                      and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+            new_status: dict[str, Any] = {
+                "startTime": status.get("startTime") or now_rfc3339(),
+                "active": len(active),
+                "succeeded": len(succeeded),
+                "failed": failed,
+                "completedIndexes": _ranges(sorted(succeeded)),
+            }
+            if failed > int(spec.get("backoffLimit", 6)):
+                new_status["conditions"] = [_condition("Failed", "BackoffLimitExceeded",
+                                                       "Job has reached the specified backoff limit")]  # fmt: skip
+                for p in active:
+                    self.state.delete(PODS, ns, p["metadata"]["name"])
+            elif len(succeeded) == completions:
+                new_status["conditions"] = [_condition("Complete", "CompletionsReached",
+                                                       "Reached expected number of succeeded pods")]  # fmt: skip
+                new_status["completionTime"] = now_rfc3339()
+            else:
+                for i in range(completions):
+                    if i not in succeeded and not any(p in active for p in by_index.get(i, [])):
+                        self._create_pod(job, i)
+            if {k: status.get(k) for k in new_status} != new_status:
+                self.state.patch(JOBS, ns, name, {"status": new_status}, subresource="status")
+
+    def _create_pod(self, job: dict[str, Any], index: int) -> None:
+        meta, tmpl = job["metadata"], job["spec"]["template"]
+        spec = _copy(tmpl.get("spec") or {})
+        spec["hostname"] = f"{meta['name']}-{index}"
+        for c in [*spec.get("initContainers", []), *spec.get("containers", [])]:
+            c["env"] = [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                "fieldPath": f"metadata.annotations['{INDEX}']"}}}, *c.get("env", [])]  # fmt: skip
+        labels = {**(tmpl.get("metadata") or {}).get("labels", {}), INDEX: str(index),
+                  "batch.kubernetes.io/job-name": meta["name"],
+                  "batch.kubernetes.io/controller-uid": meta["uid"]}  # fmt: skip
+        body = {
+            "metadata": {
+                "name": f"{meta['name']}-{index}-{uuid.uuid4().hex[:5]}",
+                "labels": labels,
+                "annotations": {INDEX: str(index)},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+                "finalizers": [KUBELET_FINALIZER],
+            },
+            "spec": spec,
+        }
+        self.state.create(PODS, meta["namespace"], body)
+
+    # -- DNS --
+    def _publish_dns(self) -> None:
+        names = set()
+        services = {
+            (s["metadata"]["namespace"], s["metadata"]["name"])
+            for s in self.state.list(SERVICES, None)[0]
+        }
+        for p in self.state.list(PODS, None)[0]:
+            ns, spec = p["metadata"]["namespace"], p.get("spec") or {}
+            if (
+                spec.get("hostname")
+                and spec.get("subdomain")
+                and (ns, spec["subdomain"]) in services
+            ):
+                base = f"{spec['hostname']}.{spec['subdomain']}"
+                names |= {
+                    base,
+                    f"{base}.{ns}",
+                    f"{base}.{ns}.svc",
+                    f"{base}.{ns}.svc.cluster.local",
+                }
+        pods = self.state.list(PODS, None)[0]
+        for svc in self.state.list(SERVICES, None)[0]:  # a Service resolves once it has pods
+            ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
+            selector = (svc.get("spec") or {}).get("selector") or {}
+            reqs = [(k, "=", {v}) for k, v in selector.items()]
+            backed = any(p["metadata"]["namespace"] == ns
+                         and selector_matches(reqs, p["metadata"].get("labels") or {}) for p in pods)  # fmt: skip
+            if selector and backed:
+                names |= {
+                    name,
+                    f"{name}.{ns}",
+                    f"{name}.{ns}.svc",
+                    f"{name}.{ns}.svc.cluster.local",
+                }
+        text = "".join(f"{n}\n" for n in sorted(names))
+        if self.dns_file.read_text() != text:
+            tmp = self.dns_file.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(self.dns_file)
+        self.dns_names = names
+
+    # -- kubelet --
+    def _reconcile_pods(self) -> None:
+        for p in self.state.list(PODS, None)[0]:
+            key = (p["metadata"]["namespace"], p["metadata"]["name"])
+            if p["metadata"].get("deletionTimestamp"):
+                self._terminate(key, p)
+            elif _phase(p) == "Pending" and key not in self.procs and key not in self._starting:
+                self._starting.add(key)
+                threading.Thread(target=self._run_pod, args=(p,), daemon=True).start()
+
+    def _terminate(self, key: tuple[str, str], pod: dict[str, Any]) -> None:
+        """Kill the pod's process; release the pod once its runner thread has ended (it
+        checks for deletion before each container, so nothing starts after this)."""
+        proc = self.procs.get(key)
+        if proc is not None:
+            _kill(proc, self.grace)
+        if key in self._starting:
+            return  # the next pass releases it
+        if KUBELET_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            with contextlib.suppress(ApiError):
+                self.fake.release_pod(*key)
+
+    def _run_pod(self, pod: dict[str, Any]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        key = (ns, name)
+        try:
+            self.state.patch(PODS, ns, name, {"spec": {"nodeName": "fake-node-0"}})
+            spec = pod.get("spec") or {}
+            for c in spec.get("initContainers", []):
+                code = self._run_container(pod, c)
+                if code != 0:
+                    self._finish(pod, code, "Init:Error")
+                    return
+            main = spec["containers"][0]
+            if not self._alive(key):
+                return
+            running = _cstatus(main, {"running": {"startedAt": now_rfc3339()}})
+            self.fake.set_pod_phase(
+                ns, name, "Running", startTime=now_rfc3339(), containerStatuses=[running]
+            )
+            code = self._run_container(pod, main)
+            self._finish(pod, code, "Completed" if code == 0 else "Error")
+        except ApiError:
+            pass  # the pod was deleted meanwhile
+        finally:
+            self._starting.discard(key)
+
+    def _alive(self, key: tuple[str, str]) -> bool:
+        """The pod exists and is not being deleted."""
+        try:
+            return not self.state.get(PODS, *key)["metadata"].get("deletionTimestamp")
+        except ApiError:
+            return False
+
+    def _finish(self, pod: dict[str, Any], code: int | None, reason: str) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        current = self.state.get(PODS, ns, name)
+        if current["metadata"].get("deletionTimestamp"):
+            return  # killed by a delete: the pod goes, its phase no longer matters
+        main = pod["spec"]["containers"][0]
+        term = {"terminated": {"exitCode": code if code is not None else 137, "reason": reason,
+                               "finishedAt": now_rfc3339()}}  # fmt: skip
+        self.fake.set_pod_phase(ns, name, "Succeeded" if code == 0 else "Failed",
+                                containerStatuses=[_cstatus(main, term)])  # fmt: skip
+
+    def _run_container(self, pod: dict[str, Any], container: dict[str, Any]) -> int | None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if self._stop.is_set() or not self._alive((ns, name)):
+            return None
+        main = container is pod["spec"]["containers"][0]
+        env = self._env(pod, container, loopback_names=main)
+        argv = [
+            expand(a, env)
+            for a in [*(container.get("command") or []), *(container.get("args") or [])]
+        ]
+        if argv and argv[0] == "python":
+            argv[0] = sys.executable  # the host's Python plays the image's
+        cwd = container.get("workingDir")
+        if not cwd or not os.path.isdir(cwd):
+            cwd = str(self.workdir)
+        full_env = {"PATH": f"{self.bin}:{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+                    "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "HOME": str(self.workdir), **env}  # fmt: skip
+        proc = subprocess.Popen(argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        self.procs[(ns, name)] = proc
+        if not self._alive((ns, name)):  # deleted while it started: _terminate saw no process
+            _kill(proc, 0)
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            self.state.append_log(ns, name, line, container=container["name"])
+        code = proc.wait()
+        self.procs.pop((ns, name), None)
+        return code if code >= 0 else None
+
+    def _env(
+        self, pod: dict[str, Any], container: dict[str, Any], loopback_names: bool
+    ) -> dict[str, str]:
+        ns = pod["metadata"]["namespace"]
+        out: dict[str, str] = {}
+        for e in container.get("env") or []:
+            if "value" in e:
+                value = expand(e["value"], out)
+            else:
+                value = self._value_from(pod, ns, e["valueFrom"])
+            loopback = loopback_names and e["name"] in ADDRESS_VARS and value in self.dns_names
+            out[e["name"]] = "127.0.0.1" if loopback else value
+        return out
+
+    def _value_from(self, pod: dict[str, Any], ns: str, source: dict[str, Any]) -> str:
+        if "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            m = _FIELD.match(path)
+            if m:
+                return str((pod["metadata"].get(m.group(1)) or {}).get(m.group(2), ""))
+            return {"metadata.name": pod["metadata"]["name"], "metadata.namespace": ns}.get(
+                path, ""
+            )
+        ref = source["secretKeyRef"]
+        secret = self.state.get(SECRETS, ns, ref["name"])
+        return base64.b64decode(secret["data"][ref["key"]]).decode()
+
+
+def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM the process group, SIGKILL it after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def _phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def _condition(kind: str, reason: str, message: str) -> dict[str, Any]:
+    now = now_rfc3339()
+    return {"type": kind, "status": "True", "reason": reason, "message": message,
+            "lastProbeTime": now, "lastTransitionTime": now}  # fmt: skip
+
+
+def _cstatus(container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": container["name"], "image": container.get("image", ""), "imageID": "",
+            "ready": "running" in state, "restartCount": 0, "state": state}  # fmt: skip
+
+
+def _ranges(indexes: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the Job status' completedIndexes)."""
+    out: list[str] = []
+    for i in indexes:
+        if out and out[-1].split("-")[-1] == str(i - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{i}"
+        else:
+            out.append(str(i))
+    return ",".join(out)
+
+
+def _copy(obj: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(obj)
+
+
+def wait_until(check: Any, timeout: float = 30.0) -> None:
+    """Poll ``check()`` until true (AssertionError after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.05)

@@ -1,0 +1,445 @@
+"""TrainSpec -> Kubernetes manifest dicts. Pure: no client, no cluster, no file reads.
+
+Two flavours:
+
+* ``indexed``: a batch/v1 Job in Indexed completion mode (completions = parallelism =
+  workers) plus a headless Service; each pod's hostname is ``JOB-INDEX`` and its
+  subdomain the Service, so rank 0 is ``JOB-0.SERVICE``. Ranks come from the
+  ``batch.kubernetes.io/job-completion-index`` annotation (what JOB_COMPLETION_INDEX is
+  made of), through the downward API.
+* ``kubeflow``: a kubeflow.org/v1 PyTorchJob (Master + Worker replicas). The
+  training-operator sets MASTER_ADDR/PORT, WORLD_SIZE, RANK and PET_* itself
+  (pkg/controller.v1/pytorch/envvar.go); workbench adds the rest of the contract.
+
+Both give each worker the env of workbench.contract, the same a local job gets, so an
+unmodified ``torchrun`` forms the world from PET_*. Workers other than rank 0 wait in an
+init container until the master's DNS name resolves (the start-up race Kubeflow's own
+init container avoids the same way). Credentials reach pods only through the Secret the
+backend creates from :attr:`RenderedJob.secret`; no manifest in
+:attr:`RenderedJob.manifests` holds a credential.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...catalog import InstanceSpec
+from ...contract import World, worker_env
+from ...errors import MountError, SpecError
+from ...redaction import REDACTED, redact_url, userinfo_credentials
+from ...spec import Mount, TrainSpec
+
+FLAVORS = ("indexed", "kubeflow")
+LABEL_JOB = "workbench.io/job"
+LABEL_FLAVOR = "workbench.io/flavor"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+GPU_RESOURCE = "nvidia.com/gpu"
+STAGE_ROOT = "/workbench/stage"
+# Variables the training-operator sets on every PyTorchJob pod: workbench must not repeat
+# them (a duplicate name hides the first, and the API server warns about it).
+KUBEFLOW_SETS = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NODE_RANK", "PET_NNODES",
+     "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PYTHONUNBUFFERED"}
+)  # fmt: skip
+RANK_DEPENDENT = ("RANK", "PET_NODE_RANK", "WORKBENCH_RANK")
+# URL userinfo -> the variables fsspec's implementation reads (workbench.data.urls).
+CREDENTIAL_ENV = {
+    "s3": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "s3a": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
+    "oss": ("OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET"),
+}
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Where and how jobs run on the cluster (config, catalogue and cluster defaults
+    resolved by the backend)."""
+
+    namespace: str = "default"
+    service_account: str | None = None
+    image_pull_secrets: tuple[str, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    priority_class: str | None = None
+    master_port: int = 23456  # Kubeflow's default PyTorchJob port
+    # The image of the init container that waits for the master's DNS name (needs a
+    # POSIX shell and nslookup; Kubeflow uses alpine for the same job).
+    wait_image: str = "busybox:1.36"
+    master_wait_seconds: int = 600
+    ttl_seconds_after_finished: int | None = None
+
+
+@dataclass(frozen=True)
+class RenderedJob:
+    """What a job becomes on the cluster."""
+
+    name: str
+    flavor: str
+    namespace: str
+    # Safe to print (``--dry-run``) and to store: references to the Secret, never values.
+    manifests: list[dict[str, Any]]
+    # The Secret the backend creates before the workload (None when nothing is secret).
+    # Holds credentials: never print, log or store it; display_manifests() masks it.
+    secret: dict[str, Any] | None = field(default=None, repr=False)
+
+    def display_manifests(self) -> list[dict[str, Any]]:
+        """Every object that would be created, the Secret's values masked."""
+        out = list(self.manifests)
+        if self.secret is not None:
+            masked = {k: REDACTED for k in self.secret["stringData"]}
+            out.insert(0, {**self.secret, "stringData": masked})
+        return out
+
+    def to_yaml(self) -> str:
+        """``kubectl create --dry-run=client -o yaml``-style text of display_manifests()."""
+        import yaml
+
+        return yaml.safe_dump_all(self.display_manifests(), sort_keys=False)
+
+
+def service_name(job: str) -> str:
+    """The headless Service of an indexed job: a DNS-1035 label (starts with a letter)."""
+    return job if DNS1035.match(job) else f"wb-{job}"[:63].rstrip("-")
+
+
+def secret_name(job: str) -> str:
+    """The Secret that holds one job's credentials."""
+    return f"{job}-credentials"
+
+
+def job_labels(job: str, flavor: str) -> dict[str, str]:
+    """Labels on every object of a job; the watch selects on LABEL_JOB's presence."""
+    return {LABEL_JOB: job, LABEL_FLAVOR: flavor, LABEL_MANAGED: "workbench"}
+
+
+def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOptions,
+           flavor: str = "indexed") -> RenderedJob:  # fmt: skip
+    """The manifests of ``spec`` (validated, named) for ``flavor``; SpecError names the
+    field a cluster cannot honour."""
+    if flavor not in FLAVORS:
+        raise SpecError("flavor", f"unknown flavour {flavor!r}", f"use one of {', '.join(FLAVORS)}")
+    if not spec.name:
+        raise SpecError("name", "a cluster job needs a name", "give --name, e.g. mnist-1")
+    framework = spec.framework or "pytorch"
+    if framework not in ("pytorch", "plain"):
+        raise SpecError(
+            "framework",
+            f"{framework} jobs are not supported on Kubernetes yet",
+            "use a pytorch or plain image (TFJob and MPIJob come with issue 11)",
+        )
+    if spec.gpus and spec.gpus != int(spec.gpus):
+        raise SpecError(
+            "gpus",
+            f"{spec.gpus:g} is a fraction of a GPU, which this backend cannot schedule yet",
+            "ask for whole GPUs, e.g. --gpus 1",
+        )
+    if flavor == "kubeflow" and not DNS1035.match(spec.name):
+        raise SpecError(
+            "name",
+            f"{spec.name!r} starts with a digit, but the training-operator names Services after it",
+            "start the name with a letter, e.g. job-" + spec.name,
+        )
+    builder = _PodBuilder(spec, offer, image, options, flavor)
+    labels = job_labels(spec.name, flavor)
+    if flavor == "indexed":
+        manifests = _indexed(spec, options, builder, labels)
+    else:
+        manifests = _kubeflow(spec, options, builder, labels)
+    secret = None
+    if builder.secret_data:
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": _meta(secret_name(spec.name), options, labels),
+            "type": "Opaque",
+            "stringData": dict(builder.secret_data),
+        }
+    return RenderedJob(spec.name, flavor, options.namespace, manifests, secret)
+
+
+def _meta(name: str, options: ClusterOptions, labels: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "namespace": options.namespace, "labels": dict(labels)}
+
+
+def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
+             labels: dict[str, str]) -> list[dict[str, Any]]:  # fmt: skip
+    name, svc = spec.name or "", service_name(spec.name or "")
+    master = f"{name}-0.{svc}"
+    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+    world = World(
+        workers=spec.workers,
+        procs_per_worker=spec.procs_per_worker or 1,
+        master_addr=master,
+        master_port=options.master_port,
+        hosts=tuple(f"{name}-{i}.{svc}" for i in range(spec.workers)),
+        ports=(options.master_port,) * spec.workers,
+    )
+    contract = worker_env(spec.framework or "pytorch", world, 0, name)
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    for key, value in contract.items():
+        if key in RANK_DEPENDENT:
+            env.append({"name": key, "valueFrom": index_ref})
+        else:
+            env.append({"name": key, "value": value})
+    init = []
+    if spec.workers > 1:
+        init.append(builder.wait_for_master(master, skip_rank_zero=index_ref))
+    pod = builder.pod_spec("worker", env, builder.args(), init, port_name="master")
+    pod["subdomain"] = svc  # with the hostname JOB-INDEX: the pod's DNS name
+    pod["restartPolicy"] = "Never"
+    job_spec: dict[str, Any] = {
+        "completionMode": "Indexed",
+        "completions": spec.workers,
+        "parallelism": spec.workers,
+        "backoffLimit": spec.max_retries,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+    if spec.timeout:
+        job_spec["activeDeadlineSeconds"] = math.ceil(spec.timeout)
+    if options.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = options.ttl_seconds_after_finished
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(svc, options, labels),
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_JOB: name},
+            # Workers look the master up before it is ready: its record must exist early.
+            "publishNotReadyAddresses": True,
+            "ports": [
+                {"name": "master", "port": options.master_port, "targetPort": options.master_port}
+            ],
+        },
+    }
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(name, options, labels),
+           "spec": job_spec}  # fmt: skip
+    return [service, job]
+
+
+def _kubeflow(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
+              labels: dict[str, str]) -> list[dict[str, Any]]:  # fmt: skip
+    name = spec.name or ""
+    master = f"{name}-master-0"  # the operator's replicaName(job, Master, 0)
+    world = World(spec.workers, spec.procs_per_worker or 1, master, options.master_port,
+                  (master,), (options.master_port,))  # fmt: skip
+    contract = worker_env(spec.framework or "pytorch", world, 0, name)
+    env = [{"name": k, "value": v} for k, v in contract.items()
+           if k not in KUBEFLOW_SETS and k not in RANK_DEPENDENT]  # fmt: skip
+    # The operator sets RANK per pod; one template serves every worker, so the shell
+    # copies it into the contract's WORKBENCH_RANK before it runs the command.
+    command = ["sh", "-c", 'export WORKBENCH_RANK="$RANK"; exec "$0" "$@"', *builder.args()]
+
+    def replica(count: int, init: list[dict[str, Any]]) -> dict[str, Any]:
+        pod = builder.pod_spec("pytorch", env, command, init, port_name="pytorchjob-port")
+        pod["restartPolicy"] = "Never"
+        return {
+            "replicas": count,
+            "restartPolicy": "Never",
+            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+        }
+
+    replicas = {"Master": replica(1, [])}
+    if spec.workers > 1:
+        replicas["Worker"] = replica(spec.workers - 1, [builder.wait_for_master(master)])
+    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": spec.max_retries}
+    if spec.timeout:
+        run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout)
+    if options.ttl_seconds_after_finished is not None:
+        run_policy["ttlSecondsAfterFinished"] = options.ttl_seconds_after_finished
+    return [
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": _meta(name, options, labels),
+            "spec": {
+                "nprocPerNode": str(spec.procs_per_worker or 1),
+                "runPolicy": run_policy,
+                "pytorchReplicaSpecs": replicas,
+            },
+        }
+    ]
+
+
+class _PodBuilder:
+    """Pod specs of one job: resources, volumes, init containers and the Secret's keys."""
+
+    def __init__(self, spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOptions,
+                 flavor: str) -> None:  # fmt: skip
+        self.spec, self.offer, self.image, self.options = spec, offer, image, options
+        self.secret = secret_name(spec.name or "")
+        self.secret_data: dict[str, str] = {}
+        self.secret_env = self._user_secret_env()
+        self.volumes: list[dict[str, Any]] = []
+        self.mounts: list[dict[str, Any]] = []
+        self.prefetch: list[dict[str, Any]] = []
+        for i, m in enumerate(spec.data):
+            self._mount(m, f"data-{i}", "data")
+        for i, m in enumerate(spec.outputs):
+            self._mount(m, f"output-{i}", "outputs")
+
+    def _ref(self, env_name: str, key: str, value: str) -> dict[str, Any]:
+        self.secret_data[key] = value
+        return {"name": env_name,
+                "valueFrom": {"secretKeyRef": {"name": self.secret, "key": key}}}  # fmt: skip
+
+    def _user_secret_env(self) -> list[dict[str, Any]]:
+        refs = [self._ref(k, k, v) for k, v in self.spec.secret_env().items()]
+        for i, arg in (self.spec.secrets().get("command") or {}).items():
+            refs.append(self._ref(f"WORKBENCH_SECRET_ARG_{i}", f"arg-{i}", arg))
+        return refs
+
+    def args(self) -> list[str]:
+        """The spec's command as Kubernetes should run it: ``$(`` escaped (Kubernetes
+        expands ``$(VAR)`` in commands), secret arguments as ``$(WORKBENCH_SECRET_ARG_i)``."""
+        secret_args = self.spec.secrets().get("command") or {}
+        return [f"$(WORKBENCH_SECRET_ARG_{i})" if str(i) in secret_args else arg.replace("$(", "$$(")
+                for i, arg in enumerate(self.spec.command)]  # fmt: skip
+
+    def _mount(self, m: Mount, volume: str, key: str) -> None:
+        from ...data.urls import parse_url
+
+        try:
+            url = parse_url(m.src, key)
+        except MountError as e:
+            raise SpecError(key, str(e)) from None
+        dst = m.dst
+        if not dst.startswith("/"):
+            if not self.spec.working_dir:
+                raise SpecError(key, f"destination {dst!r} of {m!r} is relative",
+                                "give an absolute DST such as /data, or set working_dir")  # fmt: skip
+            dst = posixpath.join(self.spec.working_dir, dst)
+        read_only = m.mode == "ro"
+        mount: dict[str, Any] = {"name": volume, "mountPath": dst, "readOnly": read_only}
+        if url.scheme == "pvc":
+            self.volumes.append({"name": volume, "persistentVolumeClaim": {
+                "claimName": url.bucket, "readOnly": read_only}})  # fmt: skip
+            if url.key.strip("/"):
+                mount["subPath"] = url.key.strip("/")
+        elif url.scheme == "nas":
+            self.volumes.append({"name": volume, "nfs": {
+                "server": url.bucket, "path": "/" + url.key.strip("/"), "readOnly": read_only}})  # fmt: skip
+        elif url.scheme in ("", "file"):
+            raise SpecError(key, f"{m!r} is a local path, which pods on a cluster cannot see",
+                            "upload it (s3://, oss://) or use pvc://CLAIM/PATH or nas://SERVER/PATH")  # fmt: skip
+        elif key == "outputs":
+            raise SpecError(key, f"{m!r}: object-store outputs are not uploaded from Kubernetes yet",
+                            "write outputs to pvc://CLAIM/PATH or nas://SERVER/PATH")  # fmt: skip
+        else:
+            self.volumes.append({"name": volume, "emptyDir": {}})
+            self.prefetch.append(self._prefetch(m, url.scheme, volume))
+        self.mounts.append(mount)
+
+    def _prefetch(self, m: Mount, scheme: str, volume: str) -> dict[str, Any]:
+        """An init container that copies an object-store source into the pod's volume
+        through workbench.data (the fsspec code local jobs use)."""
+        src, env = m.src, list(self.secret_env)
+        creds = userinfo_credentials(src)
+        if creds:
+            src, user, password = creds
+            names = CREDENTIAL_ENV.get(scheme)
+            if names is None:
+                raise SpecError("data", f"{m!r}: credentials in a {scheme}:// URL",
+                                "pass them with --env for that filesystem instead")  # fmt: skip
+            env += [self._ref(names[0], f"{volume}-key", user),
+                    self._ref(names[1], f"{volume}-secret", password)]  # fmt: skip
+        if redact_url(src) != src:
+            raise SpecError("data", f"{m!r} holds credentials in its query string",
+                            "pass them with --env (e.g. AWS_SECRET_ACCESS_KEY) instead")  # fmt: skip
+        target = f"{STAGE_ROOT}/{volume}"
+        return {
+            "name": f"prefetch-{volume}",
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["python", "-m", "workbench.data", "prefetch", src, target],
+            "env": env,
+            "volumeMounts": [{"name": volume, "mountPath": target}],
+        }
+
+    def wait_for_master(
+        self, master: str, skip_rank_zero: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """An init container that returns once ``master`` resolves (or fails after the
+        configured wait), so no worker dials a name that does not exist yet."""
+        limit = self.options.master_wait_seconds
+        # $$ is Kubernetes' escape for $: it would otherwise read $(...) as a variable.
+        script = (
+            'if [ "${WORKBENCH_RANK:-1}" = 0 ]; then exit 0; fi; waited=0; '
+            'until nslookup "$MASTER_HOST" >/dev/null 2>&1; do '
+            f'if [ "$waited" -ge {limit} ]; then '
+            f'echo "workbench: master $MASTER_HOST did not resolve within {limit}s" >&2; exit 1; fi; '
+            'echo "workbench: waiting for master $MASTER_HOST"; sleep 2; waited=$$((waited+2)); done'
+        )
+        env: list[dict[str, Any]] = [{"name": "MASTER_HOST", "value": master}]
+        if skip_rank_zero is not None:
+            env.append({"name": "WORKBENCH_RANK", "valueFrom": skip_rank_zero})
+        return {
+            "name": "wait-for-master",
+            "image": self.options.wait_image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": ["sh", "-c", script],
+            "env": env,
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "16Mi"},
+                "limits": {"memory": "32Mi"},
+            },
+        }
+
+    def resources(self) -> dict[str, Any]:
+        """Requests from the spec (or the instance spec), GPUs as nvidia.com/gpu limits."""
+        cpu = self.spec.cpu if self.spec.cpu is not None else self.offer.cpu
+        memory = self.spec.memory or self.offer.memory
+        out: dict[str, Any] = {"requests": {"cpu": f"{cpu:g}", "memory": memory},
+                               "limits": {"memory": memory}}  # fmt: skip
+        if self.spec.gpus:
+            out["limits"][GPU_RESOURCE] = str(int(self.spec.gpus))
+        return out
+
+    def pod_spec(self, container: str, env: list[dict[str, Any]], command: list[str],
+                 init: list[dict[str, Any]], port_name: str) -> dict[str, Any]:  # fmt: skip
+        """One worker's PodSpec."""
+        user_env = [{"name": k, "value": v} for k, v in self.spec.env.items()
+                    if k not in self.spec.secret_env()]  # fmt: skip
+        main: dict[str, Any] = {
+            "name": container,
+            "image": self.image,
+            "imagePullPolicy": "IfNotPresent",
+            "command": command,
+            "env": [*env, *user_env, *self.secret_env],
+            "ports": [{"name": port_name, "containerPort": self.options.master_port}],
+            "resources": self.resources(),
+        }
+        if self.mounts:
+            main["volumeMounts"] = [dict(m) for m in self.mounts]
+        if self.spec.working_dir:
+            main["workingDir"] = self.spec.working_dir
+        pod: dict[str, Any] = {
+            # Service links put every Service's address into env: noise that can clash
+            # with a script's own variables.
+            "enableServiceLinks": False,
+            "initContainers": [*init, *self.prefetch],
+            "containers": [main],
+        }
+        if not pod["initContainers"]:
+            del pod["initContainers"]
+        if self.volumes:
+            pod["volumes"] = [dict(v) for v in self.volumes]
+        o = self.options
+        if o.service_account:
+            pod["serviceAccountName"] = o.service_account
+        if o.image_pull_secrets:
+            pod["imagePullSecrets"] = [{"name": s} for s in o.image_pull_secrets]
+        if o.node_selector:
+            pod["nodeSelector"] = dict(o.node_selector)
+        if o.tolerations:
+            pod["tolerations"] = [dict(t) for t in o.tolerations]
+        if self.spec.priority or o.priority_class:
+            pod["priorityClassName"] = self.spec.priority or o.priority_class
+        return pod
