@@ -62,49 +62,94 @@ def filter_metric_lines(
 
 
 class MetricByteSplitter:
-    """Streaming byte form for a wrapper relaying a child's raw output: user bytes pass
-    through at once (a partial line is not held back), whole metric lines go to
-    ``on_record``. Records only ever start at a line start, so only there is anything held,
-    and only while it could still be a record."""
+    """Streaming byte form for a log copier relaying a rank's raw output: user bytes pass
+    through at once (a partial line is not held back), whole metric records are split off.
+
+    A record is ``METRIC_PREFIX ... \\n`` wherever it starts: a writer's record may land
+    after a user line in progress (``print(..., end="")``, a block-buffered stdout), so the
+    user's text before it and after it are joined again and neither is lost. Only a
+    possible record is ever held: a trailing piece of the prefix, or a record whose newline
+    has not come yet (at most ``MAX_RECORD`` bytes, after that it is the user's)."""
 
     PREFIX = METRIC_PREFIX.encode()
+    MAX_RECORD = 1024 * 1024
 
-    def __init__(self, on_record: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, on_record: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.on_record = on_record
-        self._buf = b""
-        self._at_line_start = True
+        self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        """The user bytes of ``chunk`` (plus whatever earlier chunks held back)."""
-        self._buf += chunk
+        """The user bytes of ``chunk`` (plus whatever earlier chunks held back); records go
+        to ``on_record``."""
+        user, records = self.split(chunk)
+        if self.on_record is not None:
+            for record in records:
+                self.on_record(record)
+        return user
+
+    def split(self, chunk: bytes) -> tuple[bytes, list[dict[str, Any]]]:
+        """(user bytes, records) of ``chunk``, joined to what earlier chunks held back."""
+        if not self._held and b"\x1f" not in chunk:
+            return chunk, []  # the common case: plain output costs one memchr
+        buf, self._held = self._held + chunk, b""
         out = bytearray()
-        while self._buf:
-            if not self._at_line_start:
-                nl = self._buf.find(b"\n")
-                if nl < 0:
-                    out += self._buf
-                    self._buf = b""
-                    break
-                out += self._buf[: nl + 1]
-                self._buf = self._buf[nl + 1 :]
-                self._at_line_start = True
-            elif self._buf.startswith(self.PREFIX):
-                nl = self._buf.find(b"\n")
-                if nl < 0:
-                    break  # the rest of the record is on its way
-                line, self._buf = self._buf[: nl + 1], self._buf[nl + 1 :]
-                record = parse_metric_line(line.decode("utf-8", "replace"))
-                if record is None:
-                    out += line  # looked like one, was not: it stays the user's
+        records: list[dict[str, Any]] = []
+        pos = 0
+        while True:
+            at = buf.find(self.PREFIX, pos)
+            if at < 0:
+                keep = self._partial_prefix(buf, pos)
+                out += buf[pos:keep]
+                self._held = buf[keep:]
+                break
+            out += buf[pos:at]
+            nl = buf.find(b"\n", at)
+            if nl < 0:
+                if len(buf) - at > self.MAX_RECORD:  # no newline in sight: not a record
+                    out += buf[at:]
                 else:
-                    self.on_record(record)
-            elif self.PREFIX.startswith(self._buf):
-                break  # too short to tell yet
+                    self._held = buf[at:]
+                break
+            record = _decode_record(buf[at + len(self.PREFIX) : nl])
+            if record is None:
+                out += buf[at : nl + 1]  # looked like one, was not: it stays the user's
             else:
-                self._at_line_start = False
-        return bytes(out)
+                records.append(record)
+            pos = nl + 1
+        return bytes(out), records
+
+    def _partial_prefix(self, buf: bytes, pos: int) -> int:
+        """Where a trailing piece of the prefix starts (len(buf) when there is none)."""
+        start = max(pos, len(buf) - len(self.PREFIX) + 1)
+        while True:
+            k = buf.find(b"\x1f", start)
+            if k < 0:
+                return len(buf)
+            if self.PREFIX.startswith(buf[k:]):
+                return k
+            start = k + 1
 
     def close(self) -> bytes:
-        """Whatever is still held (the stream ended mid-line)."""
-        rest, self._buf = self._buf, b""
+        """Whatever is still held (the stream ended inside a would-be record)."""
+        rest, self._held = self._held, b""
         return rest
+
+
+def _decode_record(payload: bytes) -> dict[str, Any] | None:
+    """The record a framed line's payload (after the prefix, before the newline) carries."""
+    try:
+        record = json.loads(payload.rstrip(b"\r"))
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def strip_metric_text(line: str) -> str | None:
+    """A displayed line without any record glued into it; None when nothing else is left."""
+    if METRIC_PREFIX not in line:
+        return line
+    user, records = MetricByteSplitter().split(line.encode() + b"\n")
+    text = user.decode("utf-8", "replace")
+    if records and not text.strip("\n"):
+        return None
+    return text[:-1] if text.endswith("\n") else text
