@@ -193,7 +193,7 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
         container.start()
         try:
             for chunk in output:
-                user, records = splitter.split(chunk)
+                user, records = splitter.split_frames(chunk)
                 sys.stdout.buffer.write(user)
                 sys.stdout.buffer.flush()
                 sink.write(records)

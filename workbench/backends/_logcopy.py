@@ -112,7 +112,7 @@ class LogCopier:
         if not chunk:
             self._end(fd, stream)
             return
-        user, records = stream.splitter.split(chunk)
+        user, records = stream.splitter.split_frames(chunk)
         try:
             _write_all(stream.log_fd, user)
         except OSError:
@@ -131,7 +131,7 @@ class LogCopier:
                     break
                 if not chunk:
                     break
-                user, records = stream.splitter.split(chunk)
+                user, records = stream.splitter.split_frames(chunk)
                 with contextlib.suppress(OSError):
                     _write_all(stream.log_fd, user)
                 stream.sink.write(records)

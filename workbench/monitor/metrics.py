@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
+from .stream import scalars_line
 
 SCALARS_GLOB = "scalars-rank*.jsonl"
 GPU_FILE = "gpu.jsonl"
@@ -70,17 +71,23 @@ class MetricSink:
         self.rank = rank
         self._fds: dict[str, int] = {}
 
-    def write(self, records: list[dict[str, Any]]) -> None:
-        """Route and append ``records`` (errors are swallowed: metrics never stop a job)."""
+    def write(self, records: list[dict[str, Any] | bytes]) -> None:
+        """Route and append ``records`` (dicts, or raw run.log frames as
+        ``MetricByteSplitter.split_frames`` gives them); errors are swallowed: metrics
+        never stop a job."""
         if not records:
             return
-        lines: dict[str, list[str]] = {}
+        lines: dict[str, list[bytes]] = {}
+        own = f"scalars-rank{self.rank}.jsonl"
         for record in records:
+            if isinstance(record, bytes):  # this rank's run.log: appended as it came
+                lines.setdefault(own, []).append(scalars_line(record))
+                continue
             for file, line in self._route(record):
-                lines.setdefault(file, []).append(line)
+                lines.setdefault(file, []).append(line.encode())
         for file, batch in lines.items():
             with contextlib.suppress(OSError):
-                data = "".join(batch).encode()
+                data = b"".join(batch)
                 fd = self._fd(file)
                 view = memoryview(data)
                 while view:

@@ -15,6 +15,8 @@ from typing import Any
 # ASCII unit separator + a tag: no sane program prints this at the start of a line. Not
 # \x1e (record separator): str.splitlines() breaks lines there and would cut the record off.
 METRIC_PREFIX = "\x1f@wb-metric "
+# How workbench.run starts each scalar record's JSON (json.dumps' default separators).
+SCALARS_HEAD = b'{"kind": "scalars", '
 # `kubectl logs --timestamps` and some log shippers put an RFC 3339 time first.
 _TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:?\d\d)? ")
 
@@ -89,11 +91,18 @@ class MetricByteSplitter:
 
     def split(self, chunk: bytes) -> tuple[bytes, list[dict[str, Any]]]:
         """(user bytes, records) of ``chunk``, joined to what earlier chunks held back."""
+        user, frames = self.split_frames(chunk)
+        records = [f if isinstance(f, dict) else _decode_record(f) for f in frames]
+        return user, [r for r in records if r is not None]
+
+    def split_frames(self, chunk: bytes) -> tuple[bytes, list[dict[str, Any] | bytes]]:
+        """As ``split``, but run.log's scalar records stay raw JSON bytes (they start with
+        ``SCALARS_HEAD``): a copier appends them as they are, with no parse per record."""
         if not self._held and b"\x1f" not in chunk:
             return chunk, []  # the common case: plain output costs one memchr
         buf, self._held = self._held + chunk, b""
         out = bytearray()
-        records: list[dict[str, Any]] = []
+        records: list[dict[str, Any] | bytes] = []
         pos = 0
         while True:
             at = buf.find(self.PREFIX, pos)
@@ -110,11 +119,13 @@ class MetricByteSplitter:
                 else:
                     self._held = buf[at:]
                 break
-            record = _decode_record(buf[at + len(self.PREFIX) : nl])
-            if record is None:
-                out += buf[at : nl + 1]  # looked like one, was not: it stays the user's
-            else:
+            payload = buf[at + len(self.PREFIX) : nl]
+            if payload.startswith(SCALARS_HEAD) and payload.endswith(b"}"):
+                records.append(payload)  # workbench.run's own frame: kept raw
+            elif (record := _decode_record(payload)) is not None:
                 records.append(record)
+            else:
+                out += buf[at : nl + 1]  # looked like one, was not: it stays the user's
             pos = nl + 1
         return bytes(out), records
 
@@ -133,6 +144,11 @@ class MetricByteSplitter:
         """Whatever is still held (the stream ended inside a would-be record)."""
         rest, self._held = self._held, b""
         return rest
+
+
+def scalars_line(payload: bytes) -> bytes:
+    """A raw run.log frame's JSON as a scalars-file line: its ``kind`` key dropped."""
+    return b"{" + payload[len(SCALARS_HEAD) :] + b"\n"
 
 
 def _decode_record(payload: bytes) -> dict[str, Any] | None:
