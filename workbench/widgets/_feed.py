@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..errors import BackendUnavailableError
 from ..manager import JobManager
 from ..spec import JobRecord
 
@@ -106,7 +107,10 @@ class JobFeed:
 
     def _read_metrics(self) -> None:
         """Only the records reported since the last poll, through the manager."""
-        got = self.manager.metrics(self.name, since=self.cursor)
+        try:
+            got = self.manager.metrics(self.name, since=self.cursor)
+        except BackendUnavailableError:
+            return  # its backend is not installed in this kernel: the record shows, no chart
         self.cursor = got.get("cursor", self.cursor)
         for rec in got["scalars"]:
             self._add_scalars(rec)
