@@ -28,14 +28,26 @@ def format_metric_line(record: dict[str, Any]) -> str:
 
 def parse_metric_line(line: str) -> dict[str, Any] | None:
     """The record a line carries, or None when it is a user line."""
+    return _split_line(line)[1]
+
+
+def _split_line(line: str) -> tuple[str | None, dict[str, Any] | None]:
+    """(user text, record) of one text line. A record may follow a timestamp (log APIs) or
+    be glued after a user's partial line (the record's writer does not wait for the user's
+    newline): that text stays the user's, as a line of its own."""
     at = line.find(METRIC_PREFIX)
-    if at < 0 or (at > 0 and not _TIMESTAMP.fullmatch(line[:at])):
-        return None
+    if at < 0:
+        return line, None
     try:
         record = json.loads(line[at + len(METRIC_PREFIX) :].rstrip("\r\n"))
     except ValueError:
-        return None  # a torn or foreign line stays the user's: never lose output
-    return record if isinstance(record, dict) else None
+        record = None  # a torn or foreign line stays the user's: never lose output
+    if not isinstance(record, dict):
+        return line, None
+    head = line[:at]
+    if not head or _TIMESTAMP.fullmatch(head):
+        return None, record
+    return head, record
 
 
 def split_metric_lines(lines: Iterable[str]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -43,10 +55,10 @@ def split_metric_lines(lines: Iterable[str]) -> tuple[list[str], list[dict[str, 
     user: list[str] = []
     records: list[dict[str, Any]] = []
     for line in lines:
-        record = parse_metric_line(line)
-        if record is None:
-            user.append(line)
-        else:
+        text, record = _split_line(line)
+        if text is not None:
+            user.append(text)
+        if record is not None:
             records.append(record)
     return user, records
 
@@ -56,11 +68,11 @@ def filter_metric_lines(
 ) -> Iterator[str]:
     """Streaming form for followed logs: yields user lines, hands records to ``on_record``."""
     for line in lines:
-        record = parse_metric_line(line)
-        if record is None:
-            yield line
-        else:
+        text, record = _split_line(line)
+        if record is not None:
             on_record(record)
+        if text is not None:
+            yield text
 
 
 class MetricByteSplitter:
