@@ -120,6 +120,39 @@ def test_no_surface_reads_metric_files_by_path():
     assert offenders == []
 
 
+def test_chatty_ranks_of_a_killed_supervisor_end_instead_of_blocking(manager, tmp_path):
+    # SIGKILL the supervisor while both ranks print as fast as they can (and report): the
+    # copier dies with it, its read ends close, and the ranks' next writes fail (EPIPE)
+    # instead of blocking on a full pipe; no reconcile (no manager call) is needed for that.
+    import os
+    import signal
+
+    import psutil
+
+    chatty = (
+        "from workbench import run\ni = 0\nwhile True:\n"
+        "    i += 1\n    print('x' * 200, i)\n    run.log(step=i, loss=1.0)\n"
+    )
+    (tmp_path / "chatty.py").write_text(chatty)
+    spec = {"command": ["python", str(tmp_path / "chatty.py")], "name": "chat", "workers": 2,
+            "working_dir": str(tmp_path)}  # fmt: skip
+    manager.submit(TrainSpec.from_dict(spec))
+    store = manager.backend().store
+
+    def running():
+        rows = store.rank_rows("chat")
+        return len(rows) == 2 and all((r.get("details") or {}).get("pid") for r in rows)
+
+    wait_for(running, 60, "both ranks running")
+    log0 = Path(store.row("chat")["details"]["job_dir"]) / "logs" / "rank-0.log"
+    wait_for(lambda: log0.exists() and log0.stat().st_size > 1 << 20, 60, "a chatty log")
+    ranks = [psutil.Process(r["details"]["pid"]) for r in store.rank_rows("chat")]
+    os.kill(store.row("chat")["details"]["supervisor_pid"], signal.SIGKILL)
+    _, alive = psutil.wait_procs(ranks, timeout=30)
+    assert alive == [], "a rank blocked on its output pipe after the supervisor died"
+    assert manager.get("chat").status is JobStatus.FAILED  # SupervisorLost, as before
+
+
 def test_a_rank_whose_log_copier_is_gone_does_not_hang(tmp_path):
     # The copier's read end closes with the supervisor (close-on-exec, no rank holds it):
     # a chatty rank's next write fails at once instead of blocking on a full pipe.
