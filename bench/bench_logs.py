@@ -18,6 +18,11 @@ rank-0 logs are written straight to disk: 2 M short lines, and 50 MB of tqdm-sty
 4) server: a real `jupyter server`; a client follows the 2 M-line log and stops reading
    after 256 KiB for 5 s: the server's RSS growth meanwhile; then it reads the rest
    (throughput, line count), against `cat FILE` over a pipe.
+5) --chatty (alone): real local jobs through the supervisor, whose ranks' output goes
+   through the log copier (a pipe it reads), against --before (ranks wrote their log file
+   directly): a rank printing --chatty-lines lines (PYTHONUNBUFFERED, a write per print),
+   one writing 1 MiB blocks, and one that also calls run.log every line; the rank's own
+   time to print and the job's wall time (started -> finished), median of --repeat.
 """
 
 from __future__ import annotations
@@ -258,6 +263,76 @@ def bench_server(home: Path, work: Path, log: Path) -> dict[str, object]:
         proc.wait(timeout=30)
 
 
+CHATTY = r"""
+import os, sys, time
+mode, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t0 = time.perf_counter()
+if mode == "blocks":
+    block = (b"x" * 1023 + b"\n") * 1024
+    for _ in range(n):
+        sys.stdout.buffer.write(block)
+elif mode == "runlog":
+    from workbench import run
+    for i in range(n):
+        print(f"step {i} of the chatty job: loss 0.123456 lr 0.001 some more text")
+        run.log(step=i, total=n, loss=0.123456, rank=None)
+    run.flush()
+else:
+    for i in range(n):
+        print(f"step {i} of the chatty job: loss 0.123456 lr 0.001 some more text")
+sys.stdout.flush()
+open(out, "w").write(repr(time.perf_counter() - t0))
+"""
+
+RUN_JOB = r"""
+import json, sys, time
+from workbench.manager import JobManager
+from workbench.spec import TrainSpec
+name, script, mode, n, out = sys.argv[1:6]
+m = JobManager()
+m.submit(TrainSpec.from_dict({"name": name, "command": ["python", script, mode, n, out],
+                              "env": {"WORKBENCH_RUN_INTERVAL": "0"}}))
+r = m.wait(name, timeout=600)
+assert r.status.value == "Succeeded", (r.status, r.message)
+print(json.dumps({"job_s": r.finished_at - r.started_at,
+                  "scalars": len(m.metrics(name)["scalars"]) if mode == "runlog" else 0}))
+"""
+
+
+def bench_chatty(work: Path, args: argparse.Namespace) -> dict[str, object]:
+    """Chatty jobs through the copier (this checkout) and without it (--before)."""
+    script = work / "chatty.py"
+    script.write_text(CHATTY)
+    cases = {"lines": args.chatty_lines, "blocks": args.chatty_blocks, "runlog": args.chatty_lines}
+    checkouts = {"after": str(Path(__file__).resolve().parent.parent)}
+    if args.before:
+        checkouts["before"] = args.before
+    results: dict[str, object] = {}
+    for mode, n in cases.items():
+        row: dict[str, object] = {"n": n}
+        for label, root in checkouts.items():
+            prints, jobs = [], []
+            for i in range(args.repeat):
+                home = work / f"chatty-{label}-{mode}-{i}"
+                env = {**os.environ, "PYTHONPATH": root, "WORKBENCH_HOME": str(home)}
+                out = work / f"{label}-{mode}-{i}.txt"
+                got = subprocess.run(
+                    [sys.executable, "-c", RUN_JOB, f"c{i}", str(script), mode, str(n), str(out)],
+                    env=env, capture_output=True, text=True, timeout=900, check=True,
+                )  # fmt: skip
+                result = json.loads(got.stdout.strip().splitlines()[-1])
+                prints.append(float(out.read_text()))
+                jobs.append(result["job_s"])
+                if mode == "runlog":
+                    row[f"{label}_scalars"] = result["scalars"]
+                log = home / "jobs" / f"c{i}" / "logs" / "rank-0.log"
+                row[f"{label}_log_mb"] = round(log.stat().st_size / 2**20, 1)
+            row[f"{label}_print_s"] = round(statistics.median(prints), 3)
+            row[f"{label}_job_s"] = round(statistics.median(jobs), 3)
+        results[mode] = row
+    return results
+
+
 def main() -> None:
     """Run every measurement and print a JSON summary."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -269,11 +344,17 @@ def main() -> None:
         "--before-tails", type=int, nargs="*", default=[10, 1000, 1_000_000],
         help="which --tail N to time with --before (1000000 took 107 s before the fix)",
     )  # fmt: skip
+    ap.add_argument("--chatty", action="store_true", help="only 5): chatty jobs via the copier")
+    ap.add_argument("--chatty-lines", type=int, default=1_000_000)
+    ap.add_argument("--chatty-blocks", type=int, default=1024, help="MiB written in 1 MiB blocks")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wb-bench-logs-"))
     home = work / "home"
     home.mkdir()
     os.environ.update(WORKBENCH_HOME=str(home), WORKBENCH_CONFIG=str(work / "none.yaml"))
+    if args.chatty:
+        print(json.dumps({"chatty": bench_chatty(work, args)}, indent=2))
+        return
     env = dict(os.environ)
     lines_log, progress_log = add_job(home, "bench-lines"), add_job(home, "bench-progress")
     write_lines(lines_log, args.lines)

@@ -307,7 +307,7 @@ def test_host_payloads_validate_what_the_code_writes() -> None:
     check("GpuState", state)
     check("Metrics", {"scalars": [{"time": 1.0, "rank": 0, "step": 1, "total": None,
                                    "loss": 0.5, "tag": "x"}],
-                      "gpu": [{**sample, "rank": [0, 1]}]})  # fmt: skip
+                      "gpu": [{**sample, "rank": [0, 1]}], "cursor": "0:0"})  # fmt: skip
     try:
         check("GpuState", {**state, "gpus": [{**sample, "surprise": 1}]})
     except jsonschema.ValidationError:

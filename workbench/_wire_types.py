@@ -445,6 +445,9 @@ class Metrics(TypedDict):
 
     scalars: Annotated[list[ScalarRecord], _d("training scalars from workbench.run.log()")]
     gpu: Annotated[list[GpuRecord], _d("GPU samples of the job's GPUs")]
+    cursor: Annotated[
+        str, _d("where this answer ended: pass it as since= to get only newer records")
+    ]
 
 
 # ---- datasets (GET datasets) ---------------------------------------------------------

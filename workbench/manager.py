@@ -245,15 +245,12 @@ class JobManager:
         return record
 
     def metrics(
-        self, name: str, limit: int | None = None
-    ) -> dict[str, builtins.list[dict[str, Any]]]:
-        """Training scalars and GPU samples the job has reported so far."""
-        from .monitor.metrics import read_job_metrics
-
-        record = self.get(name)
-        if not record.job_dir:
-            return {"scalars": [], "gpu": []}
-        return read_job_metrics(record.job_dir, limit=limit)
+        self, name: str, limit: int | None = None, since: str | None = None
+    ) -> dict[str, Any]:
+        """Training scalars and GPU samples the job has reported so far, and a cursor:
+        pass it back as ``since`` to get only what came after (``Backend.metrics``). The
+        one way surfaces read metrics: no surface knows where a backend keeps them."""
+        return self._find(name).metrics(name, limit=limit, since=since)
 
     def nodes(self, backend: str | None = None) -> builtins.list[NodeInfo]:
         """Hosts (nodes) with their GPUs and allocations."""

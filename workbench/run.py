@@ -1,22 +1,29 @@
 """What training scripts import to report progress: ``run.log(step=i, total=n, loss=l)``.
 
-Outside a workbench job (no WORKBENCH_JOB_DIR) every call is a no-op, so a script runs
-unchanged anywhere. Inside one, records go to JOB_DIR/metrics/scalars-rank{N}.jsonl (the
-format ``workbench.monitor.metrics`` reads): one JSON object per line,
-``{"time", "rank", "step", "total", <scalars>}``.
+Outside a workbench job (neither WORKBENCH_JOB_NAME nor WORKBENCH_JOB_DIR set) every call
+is a no-op, so a script runs unchanged anywhere. Inside one, records travel in the rank's
+own output stream (the stdout file descriptor), framed as the monitoring agent frames its
+GPU records: one line ``METRIC_PREFIX + {"kind": "scalars", "time", "rank", "step",
+"total", <scalars>}``. The backend's log copier splits them off into the job's metrics
+(``workbench.monitor.metrics``), so a pod on another node reports like a local process,
+and the user's log never shows them.
 
 Cost: a call compares a clock and swaps one tuple. Each rank keeps the latest record per
 slot of WORKBENCH_RUN_INTERVAL seconds (default 0.02; 0 keeps every call); serialising and
 writing happen in batches (every ``FLUSH_SECONDS`` from a daemon thread, on ``flush()``
-and at exit) as one append of whole lines, so a reader never sees a line it cannot parse.
+and at exit), each write whole lines of at most ``PIPE_BUF`` bytes, so on a pipe no other
+writer (the user's prints, a DataLoader worker) can land inside a record. A write error
+drops the batch: reporting never breaks training.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
+import select
 import threading
 import time
 from collections import deque
@@ -40,20 +47,25 @@ _buffer: list[Record] = []
 # path (append replaces) and the flusher thread (popleft takes), so neither needs a lock.
 _slot: deque[Record] = deque(maxlen=1)
 _ready = False
-_path: str | None = None
+_fd: int | None = None  # a private duplicate of the stdout the rank started with
 _rank = 0
 _interval = DEFAULT_INTERVAL
 _slot_end = 0.0
 _next_flush = 0.0
 _templates: dict[tuple[str, ...], str] = {}
-_RESERVED = frozenset(("time", "rank", "step", "total"))
+# The frame workbench.monitor.stream defines; copied, not imported, so that importing
+# workbench.run stays cheap (no json/regex helpers of the monitor package at import).
+METRIC_PREFIX = "\x1f@wb-metric "
+_RESERVED = frozenset(("kind", "time", "rank", "step", "total"))
+# Writes to a pipe up to this size are atomic (POSIX PIPE_BUF; 4096 on Linux).
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 _time = time.time
 
 
 def _setup() -> None:
     """Read the job's env once per process (again after a fork)."""
-    global _ready, _path, _rank, _interval, _next_flush
-    job_dir = os.environ.get("WORKBENCH_JOB_DIR")
+    global _ready, _fd, _rank, _interval, _next_flush
+    in_job = os.environ.get("WORKBENCH_JOB_NAME") or os.environ.get("WORKBENCH_JOB_DIR")
     try:
         _rank = int(os.environ.get("WORKBENCH_RANK") or os.environ.get("RANK") or 0)
     except ValueError:
@@ -62,17 +74,20 @@ def _setup() -> None:
         _interval = max(0.0, float(os.environ.get("WORKBENCH_RUN_INTERVAL", DEFAULT_INTERVAL)))
     except ValueError:
         _interval = DEFAULT_INTERVAL
-    _path = None
-    if job_dir:
-        folder = os.path.join(job_dir, "metrics")
+    if _fd is not None:  # a forked child's copy of its parent's duplicate
+        with contextlib.suppress(OSError):
+            os.close(_fd)
+    _fd = None
+    if in_job:
         try:
-            os.makedirs(folder, exist_ok=True)
-            _path = os.path.join(folder, f"scalars-rank{_rank}.jsonl")
+            # A duplicate (not inherited by children): a script that later points fd 1
+            # elsewhere (a file, a tee) still reports into the rank's stream.
+            _fd = os.dup(1)
         except OSError:
-            _path = None  # an unwritable job folder must never break training
+            _fd = None  # no stdout at all: nothing to report into, training goes on
     _ready = True
     _next_flush = _time() + FLUSH_SECONDS
-    if _path:
+    if _fd is not None:
         _start_flusher()
 
 
@@ -80,7 +95,7 @@ def enabled() -> bool:
     """True when this process runs inside a workbench job (calls are recorded)."""
     if not _ready:
         _setup()
-    return _path is not None
+    return _fd is not None
 
 
 def log(
@@ -88,11 +103,11 @@ def log(
 ) -> None:
     """Record ``scalars`` at ``step`` (of ``total``); only rank ``rank`` records (None: all)."""
     global _slot_end
-    if _path is None:
+    if _fd is None:
         if _ready:
             return
         _setup()
-        if _path is None:
+        if _fd is None:
             return
     if rank is not None and rank != _rank:
         return
@@ -118,7 +133,7 @@ def log(
 
 
 def flush() -> None:
-    """Write every record so far, as whole lines in one write."""
+    """Write every record so far into the output stream, as whole framed lines."""
     global _next_flush
     with _lock:
         try:
@@ -130,23 +145,37 @@ def flush() -> None:
             return
         batch = _buffer[:]
         del _buffer[:]
-        if _path is None:
+        if _fd is None:
             return
-        data = _serialise(batch, _rank).encode()
-        try:
-            fd = os.open(_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        for data in _chunks(_serialise(batch, _rank)):
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view) :]
-            finally:
-                os.close(fd)
-        except OSError:
-            pass  # reporting is best effort; the training itself must go on
+                    view = view[os.write(_fd, view) :]
+            except OSError:
+                return  # reporting is best effort (no reader, full disk): training goes on
 
 
-def _serialise(batch: list[Record], rank: int) -> str:
-    """JSON lines for a batch; a per-key-set %-template keeps this fast for plain numbers."""
+def _chunks(lines: list[str]) -> list[bytes]:
+    """Framed lines joined into writes of at most PIPE_BUF bytes (a longer line alone)."""
+    out: list[bytes] = []
+    current: list[bytes] = []
+    size = 0
+    for line in lines:
+        data = line.encode()
+        if current and size + len(data) > PIPE_BUF:
+            out.append(b"".join(current))
+            current, size = [], 0
+        current.append(data)
+        size += len(data)
+    if current:
+        out.append(b"".join(current))
+    return out
+
+
+def _serialise(batch: list[Record], rank: int) -> list[str]:
+    """Framed lines (newline included) for a batch; a per-key-set %-template keeps this
+    fast for plain numbers."""
     out: list[str] = []
     for now, step, total, scalars in batch:
         keys = tuple(scalars)
@@ -159,7 +188,10 @@ def _serialise(batch: list[Record], rank: int) -> str:
             if template is None:
                 fields = "".join(f", {json.dumps(k)}: %s" for k in keys)
                 template = _templates[keys] = (
-                    '{"time": %r, "rank": %d, "step": %s, "total": %s' + fields + "}"
+                    METRIC_PREFIX
+                    + '{"kind": "scalars", "time": %r, "rank": %d, "step": %s, "total": %s'
+                    + fields
+                    + "}\n"
                 )
             out.append(
                 template
@@ -172,11 +204,11 @@ def _serialise(batch: list[Record], rank: int) -> str:
                 )
             )
         else:
-            record = {"time": now, "rank": rank, "step": step_v, "total": total_v}
+            record = {"kind": "scalars", "time": now, "rank": rank, "step": step_v}
+            record["total"] = total_v
             record.update({k: v for k, v in zip(keys, values, strict=True) if k not in record})
-            out.append(json.dumps(record, default=str))
-    out.append("")
-    return "\n".join(out)
+            out.append(METRIC_PREFIX + json.dumps(record, default=str) + "\n")
+    return out
 
 
 def _number(value: Any) -> Any:

@@ -70,6 +70,44 @@ def test_two_worker_ddp_runs_in_two_containers(manager, engine, docker_client, t
         assert "no GPUs are visible to this job" in records[0]["reason"]
 
 
+# stdout only: the engine copies a container's stdout and stderr from two pipes, so their
+# relative order is not kept (the process runtime's test covers stderr).
+REPORTER = """
+import os
+os.environ.pop("WORKBENCH_JOB_DIR")  # as in a pod on another node: no job folder
+from workbench import run
+rank = int(os.environ["WORKBENCH_RANK"])
+print("in container:", os.path.exists("/run/.containerenv"), flush=True)
+for i in range(1, 4):
+    print(f"rank {rank} step {i} ...", end="", flush=True)  # a record lands mid-line
+    run.log(step=i, total=3, loss=1.0 / i, rank=None)
+    run.flush()
+    print(" ok", flush=True)
+"""
+
+
+def test_run_log_in_a_container_reaches_the_manager_and_never_the_logs(manager, engine, tmp_path):
+    # The container's stream is the only way out (what a pod on another node has): the
+    # container copier splits run.log's records off into the job's metrics.
+    (tmp_path / "reporter.py").write_text(REPORTER)
+    submit(manager, ["python", "reporter.py"], tmp_path, name="crep", workers=2,
+           env={"WORKBENCH_RUN_INTERVAL": "0"})  # fmt: skip
+    done = manager.wait("crep", timeout=120)
+    every = list(manager.logs("crep", rank=None))
+    assert done.status is JobStatus.SUCCEEDED, (done.message, every)
+    for rank in (0, 1):
+        want = ["in container: True", *(f"rank {rank} step {i} ... ok" for i in (1, 2, 3))]
+        assert list(manager.logs("crep", rank=rank)) == want
+        assert list(manager.logs("crep", rank=rank, tail=2)) == want[-2:]
+        assert list(manager.logs("crep", rank=rank, follow=True)) == want
+    assert not any("\x1f" in x or "wb-metric" in x for x in every)
+    scalars = manager.metrics("crep")["scalars"]
+    assert sorted((x["rank"], x["step"]) for x in scalars) == [
+        (r, s) for r in (0, 1) for s in (1, 2, 3)
+    ]
+    assert all(x["loss"] == 1.0 / x["step"] and "kind" not in x for x in scalars)
+
+
 def test_data_mount_at_absolute_dst_inside_the_container(manager, engine, tmp_path):
     data = tmp_path / "dataset"
     data.mkdir()

@@ -157,15 +157,15 @@ def test_the_parser_never_takes_user_lines():
         good.rstrip("\n"),
         METRIC_PREFIX + "{not json",  # torn: stays the user's
         METRIC_PREFIX + "[1, 2]",  # not a record
-        "say " + good.rstrip("\n"),  # mid-line: a user quoting it
+        "say " + good.rstrip("\n"),  # glued after a partial user line: both kept
         "2026-01-02T03:04:05.123456789Z " + good.rstrip("\n"),  # kubectl logs --timestamps
         "",
     ]
     user, records = split_metric_lines(lines)
-    assert user == ["plain", lines[2], lines[3], lines[4], ""]
-    assert records == [{"kind": "gpu", "samples": [], "note": "a\nb"}] * 2
+    assert user == ["plain", lines[2], lines[3], "say ", ""]
+    assert records == [{"kind": "gpu", "samples": [], "note": "a\nb"}] * 3
     got: list[dict] = []
-    assert list(filter_metric_lines(iter(lines), got.append)) == user and len(got) == 2
+    assert list(filter_metric_lines(iter(lines), got.append)) == user and len(got) == 3
 
 
 def test_byte_splitter_passes_user_bytes_at_once_and_keeps_records_whole():

@@ -193,6 +193,14 @@ async def test_metrics_of_a_job_that_reports(jp_fetch):
         await jp_fetch("workbench", "api", "jobs", "reporter", "metrics", params={"limit": 1})
     )
     assert [m["step"] for m in last["scalars"]] == [2]
+    # since=<cursor>: only what came after it (nothing, the job is done); "" = the start
+    url = ("workbench", "api", "jobs", "reporter", "metrics")
+    newer = body(await jp_fetch(*url, params={"since": metrics["cursor"]}))
+    assert newer == {"scalars": [], "gpu": [], "cursor": metrics["cursor"]}
+    again = body(await jp_fetch(*url, params={"since": ""}))
+    assert [m["step"] for m in again["scalars"]] == [0, 1, 2]
+    code, err = await error_of(jp_fetch(*url, params={"since": "/etc/passwd=0"}))
+    assert (code, err["field"]) == (400, "since")
 
 
 async def test_cli_submitted_jobs_are_the_same_jobs(jp_fetch, wb_home):

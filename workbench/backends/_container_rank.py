@@ -24,7 +24,7 @@ from typing import Any
 
 from .. import contract
 from ..data.staging import MOUNTS_ENV
-from ..monitor.metrics import metrics_dir
+from ..monitor.metrics import MetricSink
 from ..monitor.stream import MetricByteSplitter
 from ..spec import TrainSpec
 from ._container_engine import (
@@ -139,17 +139,10 @@ def ensure_image(client: Any, plan: ContainerPlan, job_dir: str) -> None:
         print(f"[workbench] pulled {plan.image} in {time.time() - t0:.0f}s", flush=True)
 
 
-def agent_records(job_dir: Path, rank: int) -> MetricByteSplitter:
-    """A splitter that appends the agent's records to JOB_DIR/metrics/agent-rank{R}.jsonl."""
-    folder = metrics_dir(job_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"agent-rank{rank}.jsonl"
-
-    def write(record: dict[str, Any]) -> None:
-        with open(path, "a") as f:  # one whole line per write: readers never see a torn one
-            f.write(json.dumps(record, separators=(",", ":")) + "\n")
-
-    return MetricByteSplitter(write)
+def split_records(job_dir: Path, rank: int) -> tuple[MetricByteSplitter, MetricSink]:
+    """The container's copier: a splitter for its output and the sink for the records it
+    finds (run.log scalars, the agent's GPU samples and notes), in the job's metric files."""
+    return MetricByteSplitter(), MetricSink(job_dir, rank)
 
 
 def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
@@ -166,13 +159,13 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         if plan.pull:
             ensure_image(client, plan, job_dir)
-        splitter = None
         image_labels = client.images.get(plan.image).labels or {}
         if AGENT_LABEL in image_labels:
             # The agent forwards signals and exit codes and reports the container's GPUs
             # as metric lines in its output; they go to the job's metrics, not its log.
             argv = [*image_labels[AGENT_LABEL].split(), "--", *argv]
-            splitter = agent_records(Path(job_dir), args.rank)
+        # run.log() in the container frames its records the same way: split them off too.
+        splitter, sink = split_records(Path(job_dir), args.rank)
         labels = {LABEL_JOB: args.job, LABEL_RANK: str(args.rank), LABEL_ATTEMPT: str(args.attempt)}
         options: dict[str, Any] = dict(
             image=plan.image,
@@ -198,12 +191,16 @@ def run_rank(args: argparse.Namespace, argv: list[str]) -> int:
         # container's stdio (a followed `logs` polls its log file: ~0.4 s later at exit).
         output = container.attach(stream=True, logs=True, stdout=True, stderr=True)
         container.start()
-        for chunk in output:
-            sys.stdout.buffer.write(splitter.feed(chunk) if splitter else chunk)
-            sys.stdout.buffer.flush()
-        if splitter:
+        try:
+            for chunk in output:
+                user, records = splitter.split_frames(chunk)
+                sys.stdout.buffer.write(user)
+                sys.stdout.buffer.flush()
+                sink.write(records)
             sys.stdout.buffer.write(splitter.close())
             sys.stdout.buffer.flush()
+        finally:
+            sink.close()
         code = int(container.wait().get("StatusCode", 1))
         return code
     except Terminated:

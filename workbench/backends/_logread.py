@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from ..monitor.stream import strip_metric_text
 from .base import rank_prefixed
 
 MAX_LINE = 64 * 1024
@@ -27,6 +28,12 @@ CUT_MARK = " [workbench: line cut at 64 KiB]"
 # A live view's tail reads at most this much from the end of a log, whatever the file holds.
 VIEW_SCAN = 1024 * 1024
 HEAD_MARK = "\u2026 "  # a displayed line whose start lies before the bytes a view read
+
+
+def user_lines(lines: list[str]) -> list[str]:
+    """``lines`` without metric records: the copier keeps them out of logs, and a record
+    that reached a log anyway (a torn copy, an older job) is never shown to a user."""
+    return [y for x in lines if (y := strip_metric_text(x)) is not None]
 
 
 def _text(data: bytes, cut: bool) -> str:
@@ -168,6 +175,8 @@ def tail_view(path: Path, n: int, max_bytes: int = VIEW_SCAN) -> list[str]:
     last = asm.flush()
     if last is not None:
         lines.append(last)
+    if b"\x1f" in data:
+        lines = user_lines(lines)
     return lines[-n:]
 
 
@@ -197,7 +206,10 @@ class RankReader:
         """Lines completed by the next chunk; None at the end of the file for now."""
         assert self.f is not None
         chunk = self.f.read(CHUNK)
-        return self.asm.feed(chunk) if chunk else None
+        if not chunk:
+            return None
+        lines = self.asm.feed(chunk)
+        return user_lines(lines) if b"\x1f" in chunk else lines
 
     def close(self) -> list[str]:
         """The unterminated last line (the writer is done), and release the file."""
@@ -205,7 +217,7 @@ class RankReader:
             self.f.close()
             self.f = None
         last = self.asm.flush()
-        return [] if last is None else [last]
+        return [] if last is None else user_lines([last])
 
 
 def read_logs(

@@ -38,6 +38,7 @@ from . import _placement
 from ._diskspace import DiskFull, is_disk_full, low_space, mount_point, reserve_space
 from ._jobfiles import JobFiles
 from ._journal import StoreJournal
+from ._logcopy import LogCopier
 from ._processes import (
     become_subreaper,
     describe_exit,
@@ -100,6 +101,8 @@ class Supervisor:
         self.gpu_recorder: JobGpuRecorder | None = None
         self.deadline: float | None = None
         self.selector = selectors.DefaultSelector()
+        # Ranks write to pipes it reads: user lines to the logs, run.log records to metrics.
+        self.copier: LogCopier | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -338,7 +341,7 @@ class Supervisor:
         )
 
     def start_workers(self) -> None:
-        """Start every rank in its own process group, logs appended to its file."""
+        """Start every rank in its own process group, its output copied to its log file."""
         spec = self.spec
         world = self.world()
         hostfile = None
@@ -358,6 +361,8 @@ class Supervisor:
             spec.framework == "pytorch" and world.procs_per_worker > 1 and not has_launcher(argv)
         )
         self.workers = []
+        if self.copier is None:
+            self.copier = LogCopier(self.files.dir)
         now = time.time()
         for rank in range(spec.workers):
             env = dict(base)
@@ -374,6 +379,7 @@ class Supervisor:
             )
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in self.gpu_alloc[rank])
             log = self.files.open_log(rank, self.attempt)
+            output = self.copier.pipe(rank, log.fileno())
             worker = Worker(rank)
             per_proc = (
                 [
@@ -392,7 +398,7 @@ class Supervisor:
                         cwd=cwd,
                         env={**env, **extra},
                         stdin=subprocess.DEVNULL,
-                        stdout=log,
+                        stdout=output,
                         stderr=subprocess.STDOUT,
                         close_fds=True,
                         # One group per rank (the first process leads it) inside the
@@ -404,12 +410,14 @@ class Supervisor:
                     worker.procs.append(p)
                     self.selector.register(os.pidfd_open(p.pid), selectors.EVENT_READ, (worker, p))
             except OSError as e:
+                os.close(output)
                 log.write(f"[workbench] cannot start {argv[0]!r}: {e.strerror}\n".encode())
                 log.close()
                 self.workers.append(worker)
                 raise LaunchFailed(
                     rank, f"rank {rank} could not start {argv[0]!r}: {e.strerror}"
                 ) from e
+            os.close(output)  # the rank's processes hold it now: EOF when they are all gone
             log.close()
             self.workers.append(worker)
             lead = worker.procs[0]
@@ -494,6 +502,8 @@ class Supervisor:
         # Every rank has its exit code now, so reaping any descendant is safe: descendants
         # that left their group or were orphaned were reparented to us (child subreaper).
         kill_and_reap_descendants()
+        if self.copier is not None:  # the logs and metrics are whole before any status
+            self.copier.drain()
         for w in self.workers:
             if not w.done:
                 w.done = True

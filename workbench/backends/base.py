@@ -210,6 +210,20 @@ class Backend(ABC):
         """
         return builtins.list(self.logs(name, rank=rank, tail=lines))
 
+    def metrics(
+        self, name: str, limit: int | None = None, since: str | None = None
+    ) -> dict[str, Any]:
+        """``{"scalars": [...], "gpu": [...], "cursor": str}``: what the job's ranks reported
+        (run.log records and GPU samples, split off their output streams), oldest first.
+
+        ``limit`` keeps the newest N of each series. ``since`` is the cursor of an earlier
+        answer ("" for the start): then only what came after it, at a bounded cost per
+        call, so a live view's poll costs the new records. Backends that keep no metrics
+        answer empty series.
+        """
+        self.get(name)  # JobNotFoundError for an unknown job
+        return {"scalars": [], "gpu": [], "cursor": since or ""}
+
     @abstractmethod
     def delete(self, name: str) -> None:
         """Forget a finished job and its files."""

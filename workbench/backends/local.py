@@ -466,6 +466,21 @@ class LocalBackend(Backend):
             )
         return tail_view(JobFiles(Path(record.job_dir or "")).log_path(rank), lines)
 
+    # ---- metrics ------------------------------------------------------------------------
+    def metrics(
+        self, name: str, limit: int | None = None, since: str | None = None
+    ) -> dict[str, Any]:
+        """What the copier split off the ranks' output and the GPU recorder sampled, from
+        the job's metric files (``Backend.metrics``)."""
+        from ..monitor.metrics import read_job_metrics
+
+        record = self.store.get(name)  # no reconcile: a read of files, for live views
+        if record is None or record.backend != self.name:
+            raise JobNotFoundError(self.name, name)
+        if not record.job_dir:
+            return {"scalars": [], "gpu": [], "cursor": since or ""}
+        return read_job_metrics(record.job_dir, limit=limit, since=since)
+
     # ---- hosts --------------------------------------------------------------------------
     def capabilities(self) -> Capabilities:
         """Processes always; containers when an engine answers now (its flavour named);

@@ -382,9 +382,11 @@ class JobMetricsHandler(WorkbenchHandler):
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        """?limit=N keeps the newest N of each series."""
+        """?limit=N keeps the newest N of each series; ?since=CURSOR (the ``cursor`` of an
+        earlier answer, empty for the start) returns only what came after it."""
         limit = self.int_arg("limit", None, 1)
-        self.reply(await self.call(self.manager.metrics, name, limit=limit))
+        since = self.get_query_argument("since", None)
+        self.reply(await self.call(self.manager.metrics, name, limit=limit, since=since))
 
 
 class JobRerunHandler(WorkbenchHandler):

@@ -2,31 +2,26 @@
 
 A ``JobFeed`` is polled by the widget's refresh thread: each ``poll()`` costs a look at the
 store's change feed (the record is read only when it changed), a tail read of the chosen
-rank's log and the new bytes of the metric files, however large the files and however
-chatty the job. Memory stays bounded: the last ``log_lines``
-lines, ``max_points`` points per scalar series.
+rank's log and the metric records reported since the last poll (``JobManager.metrics`` with
+the cursor it returned; a flood is sampled, at most a bounded read per poll), however large
+the files and however chatty the job. Memory stays bounded: the last ``log_lines`` lines,
+``max_points`` points per scalar series.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
+from ..errors import BackendUnavailableError
 from ..manager import LIVENESS, JobManager
-from ..monitor.metrics import GPU_FILE, metrics_dir, parse_records
 from ..spec import JobRecord
 
 LOG_LINES = 40
 LINE_CHARS = 300
 MAX_POINTS = 200
-# A metric file that grew more than this since the last poll is skipped ahead: the chart
-# shows a sample of a flood rather than the kernel reading all of it.
-MAX_BACKLOG = 4 * 1024 * 1024
-READ_CHUNK = 1024 * 1024
 
 
 class JobHandle(Protocol):
@@ -38,42 +33,6 @@ class JobHandle(Protocol):
 
 # Terminal control sequences (colours, cursor moves, titles): the HTML view strips them.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-
-
-class JsonlFollower:
-    """Reads the complete new lines of a growing JSONL file from a byte offset."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def read(self) -> list[dict[str, Any]]:
-        """Records appended since the last call (a torn last line waits for the next)."""
-        try:
-            size = os.path.getsize(self.path)
-        except OSError:
-            return []
-        if size < self.offset:  # truncated or replaced: start over
-            self.offset = 0
-        if size - self.offset > MAX_BACKLOG:
-            self.offset = size - READ_CHUNK
-            skip_partial = True
-        else:
-            skip_partial = False
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read(min(size - self.offset, READ_CHUNK))
-        if skip_partial:
-            cut = data.find(b"\n")
-            if cut < 0:
-                return []
-            self.offset += cut + 1
-            data = data[cut + 1 :]
-        end = data.rfind(b"\n")
-        if end < 0:
-            return []
-        self.offset += end + 1
-        return parse_records(data[: end + 1].splitlines())
 
 
 @dataclass
@@ -128,16 +87,15 @@ class JobFeed:
         self.series: dict[str, Series] = {}
         self.progress = Progress()
         self.gpus: dict[tuple[Any, Any], dict[str, Any]] = {}
-        self._followers: dict[Path, JsonlFollower] = {}
         self._since = 0  # the newest change id of the store's feed seen so far
         self._read_at = 0.0  # when the record was last known fresh (monotonic)
+        self.cursor = ""  # where the last metrics read ended ("" = the start)
 
     def poll(self) -> JobRecord:
         """Refresh everything once; returns the current record."""
         self.record = record = self._current_record()
         self.log = self._log_tail(record)
-        if record.job_dir and os.path.isdir(record.job_dir):
-            self._read_metrics(Path(record.job_dir))
+        self._read_metrics()
         return record
 
     def _current_record(self) -> JobRecord:
@@ -171,21 +129,18 @@ class JobFeed:
             lines.append(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …")
         return lines
 
-    def _read_metrics(self, job_dir: Path) -> None:
-        folder = metrics_dir(job_dir)
-        if not folder.is_dir():
-            return
-        for path in sorted(folder.glob("scalars-rank*.jsonl")):
-            for rec in self._follower(path).read():
-                self._add_scalars(rec)
-        for rec in self._follower(folder / GPU_FILE).read():
+    def _read_metrics(self) -> None:
+        """Only the records reported since the last poll, through the manager."""
+        try:
+            got = self.manager.metrics(self.name, since=self.cursor)
+        except BackendUnavailableError:
+            return  # its backend is not installed in this kernel: the record shows, no chart
+        self.cursor = got.get("cursor", self.cursor)
+        for rec in got["scalars"]:
+            self._add_scalars(rec)
+        for rec in got["gpu"]:
             key = (rec.get("rank"), rec.get("index", rec.get("uuid")))
             self.gpus[key] = rec
-
-    def _follower(self, path: Path) -> JsonlFollower:
-        if path not in self._followers:
-            self._followers[path] = JsonlFollower(path)
-        return self._followers[path]
 
     def _add_scalars(self, rec: dict[str, Any]) -> None:
         rank = rec.get("rank", 0)
