@@ -55,16 +55,26 @@ def test_admit_creates_nothing_then_launch_runs_the_plan(manager, wb_home):
 
 
 def test_admit_generates_a_name_without_reserving_it(manager, wb_home):
-    plan = manager.admit(ok_spec())
-    assert plan.name.startswith("fail-rank-")
+    plan = manager.admit(ok_spec(env={"FAIL_RANK": "9"}))
+    first = plan.name
+    assert first.startswith("fail-rank-")
     created_nothing(manager, wb_home)
-    # The name race is settled at launch by the insert: a job taking the name meanwhile
-    # makes the launch fail cleanly, with nothing half made.
-    manager.submit(ok_spec(name=plan.name, env={"FAIL_RANK": "9"}))
+    # The name race is settled at launch by the insert: a job that takes the generated name
+    # meanwhile makes the launch pick a fresh one (nothing half made, nobody refused).
+    manager.submit(ok_spec(name=first, env={"FAIL_RANK": "9"}))
+    record = manager.launch(plan)
+    assert record.name != first and record.name.startswith("fail-rank-")
+    assert sorted(r.name for r in manager.list()) == sorted([first, record.name])
+    assert manager.wait(record.name, timeout=90).status is JobStatus.SUCCEEDED
+
+
+def test_a_chosen_name_taken_between_admit_and_launch_is_refused(manager, wb_home):
+    plan = manager.admit(ok_spec(name="mine", env={"FAIL_RANK": "9"}))
+    manager.submit(ok_spec(name="mine", env={"FAIL_RANK": "9"}))
     with pytest.raises(SpecError) as taken:
         manager.launch(plan)
     assert taken.value.field == "name"
-    assert [r.name for r in manager.list()] == [plan.name]
+    assert [r.name for r in manager.list()] == ["mine"]
 
 
 @pytest.mark.parametrize(

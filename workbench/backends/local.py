@@ -133,14 +133,32 @@ class LocalBackend(Backend):
             price_per_hour=self.settings.local_price_per_hour,
             placement=placement,
             warnings=warnings,
-            backend_state={"container": container},  # launch saves it in the job folder
+            # launch saves the container plan in the job folder, and replaces a generated
+            # name that another submit takes in between
+            backend_state={"container": container, "generated_name": generated},
         )
         return plan
 
     def launch(self, plan: Plan) -> JobRecord:
-        """Snapshot, record Pending, start the detached supervisor; returns at once."""
+        """Snapshot, record Pending, start the detached supervisor; returns at once.
+
+        A generated name that another submit took after ``admit`` is replaced by a fresh
+        one; a name the user chose is an error (``SpecError`` on ``name``).
+        """
         if plan.backend != self.name:
             raise SubmitError(self.name, f"the plan is for backend {plan.backend!r}")
+        command = list(plan.spec.command)
+        for _ in range(5):
+            try:
+                return self._launch_as(plan)
+            except SpecError as e:
+                if e.field != "name" or not plan.backend_state.get("generated_name"):
+                    raise
+                plan.spec.command = list(command)  # undo the rerun snapshot's rewrite
+                plan.name = self._new_name(plan.spec)
+        return self._launch_as(plan)
+
+    def _launch_as(self, plan: Plan) -> JobRecord:
         spec = plan.spec
         spec.name = plan.name
         container = plan.backend_state.get("container")
