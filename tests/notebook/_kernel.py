@@ -80,7 +80,12 @@ class Kernel:
             elif kind == "status" and content["execution_state"] == "idle":
                 break
         reply.seconds = time.monotonic() - started
-        shell = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+        # The reply to THIS request: an earlier one left on the shell channel (a
+        # kernel_info_reply from start-up, say) would shift every status by one.
+        while True:
+            shell = self.kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+            if shell["parent_header"].get("msg_id") == msg_id:
+                break
         reply.status = shell["content"]["status"]
         return reply
 
