@@ -6,6 +6,7 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette, ReactWidget } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
+import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
 import { JobFeed } from './feed';
@@ -36,8 +37,9 @@ class WorkbenchPanel extends ReactWidget {
     this.node.setAttribute('aria-label', 'Workbench jobs');
   }
 
-  protected onAfterAttach(): void {
-    // Connect when first shown, not at page load: a closed panel costs no socket.
+  protected onAfterShow(msg: Message): void {
+    super.onAfterShow(msg);
+    // Connect when first shown, not at page load: a panel never opened costs no socket.
     this.feed.start();
   }
 

@@ -17,7 +17,9 @@ import {
 } from './models';
 import type { WorkbenchClient } from './request';
 
-const ROW_HEIGHT = 28;
+// Two lines a row (name and status; backend, workers, GPUs, age, cost), so a default-width
+// sidebar shows every column.
+const ROW_HEIGHT = 44;
 /** Lines the log box keeps (older ones are dropped), so a fast log never slows the page. */
 export const LOG_LINES_KEPT = 5000;
 
@@ -163,15 +165,6 @@ function JobList({ feed, onOpen }: { feed: JobFeed; onOpen: (name: string) => vo
         />
       </div>
       {feed.error && <ErrorBox message={feed.error} onRetry={() => void feed.relist()} />}
-      <div className="jp-WorkbenchPanel-header" aria-hidden="true">
-        <span>Name</span>
-        <span>Status</span>
-        <span>Backend</span>
-        <span>Workers</span>
-        <span>GPUs</span>
-        <span>Age</span>
-        <span>Cost</span>
-      </div>
       <div
         className="jp-WorkbenchPanel-viewport"
         ref={viewport}
@@ -198,20 +191,34 @@ function JobList({ feed, onOpen }: { feed: JobFeed; onOpen: (name: string) => vo
               tabIndex={0}
               aria-setsize={jobs.length}
               aria-posinset={start + i + 1}
-              aria-label={`${job.name}, ${job.status}`}
+              aria-label={`${job.name}, ${job.status}, ${job.backend}, ${job.workers} workers, ${formatGpus(job.gpusTotal)} GPUs`}
               data-job={job.name}
               style={{ top: (start + i) * ROW_HEIGHT, height: ROW_HEIGHT }}
               onClick={() => onOpen(job.name)}
               onKeyDown={e => openKey(e, job.name)}
               title={job.message || job.name}
             >
-              <span className="jp-WorkbenchPanel-name">{job.name}</span>
+              <span className="jp-WorkbenchPanel-name" data-col="name">
+                {job.name}
+              </span>
               <StatusBadge status={job.status} />
-              <span>{job.backend}</span>
-              <span>{job.workers}</span>
-              <span>{formatGpus(job.gpusTotal)}</span>
-              <span>{formatAge(job.createdAt, now)}</span>
-              <span>{formatCost(costAt(job, now))}</span>
+              <span className="jp-WorkbenchPanel-meta">
+                <span data-col="backend" title="backend">
+                  {job.backend}
+                </span>
+                <span data-col="workers" title="workers">
+                  {job.workers}w
+                </span>
+                <span data-col="gpus" title="GPUs in the job">
+                  {formatGpus(job.gpusTotal)} GPU
+                </span>
+                <span data-col="age" title="age">
+                  {formatAge(job.createdAt, now)}
+                </span>
+                <span data-col="cost" title="cost so far">
+                  {formatCost(costAt(job, now))}
+                </span>
+              </span>
             </div>
           ))}
         </div>
@@ -399,7 +406,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
         setEnded(true);
       })
       .catch((e: Error) => {
-        if (e.name !== 'AbortError') setError(e.message);
+        if (!abort.signal.aborted && e.name !== 'AbortError') setError(e.message);
       });
     return () => {
       abort.abort();

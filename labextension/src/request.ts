@@ -111,7 +111,11 @@ export class WorkbenchClient {
       response = await this.transport(url, init);
     } catch (error) {
       if (error instanceof ApiError) throw error;
-      if (error instanceof Error && error.name === 'AbortError') throw error;
+      // The caller aborted (a log view closed): not a failure to report. JupyterLab's
+      // makeRequest wraps the abort in a NetworkError, so ask the signal, not the error.
+      if (init.signal?.aborted || (error instanceof Error && error.name === 'AbortError')) {
+        throw abortError();
+      }
       throw errorFromNetwork(error, what);
     }
     if (!response.ok) {
@@ -209,6 +213,13 @@ export class WorkbenchClient {
     rest += decoder.decode();
     if (rest) onLines([rest]);
   }
+}
+
+/** The error an aborted call rejects with (name "AbortError", as fetch's). */
+export function abortError(): Error {
+  const error = new Error('aborted');
+  error.name = 'AbortError';
+  return error;
 }
 
 /** Complete lines of `chunk` and the unfinished tail. */

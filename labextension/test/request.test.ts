@@ -91,6 +91,15 @@ describe('WorkbenchClient', () => {
     await expect(client.rerun('x')).rejects.toThrow('Re-running x failed: cannot reach the Jupyter server: Failed to fetch');
   });
 
+  it("does not report an aborted log stream as a failure (makeRequest's NetworkError)", async () => {
+    const abort = new AbortController();
+    abort.abort();
+    const { transport } = fake(new TypeError('signal is aborted without reason'));
+    const failed = new WorkbenchClient('/', transport).logs('j', 0, true, () => undefined, abort.signal);
+    await expect(failed).rejects.toMatchObject({ name: 'AbortError' });
+    await expect(failed).rejects.not.toBeInstanceOf(ApiError);
+  });
+
   it('says so when a 200 body is not JSON', async () => {
     const { transport } = fake(new Response('<html>login</html>', { status: 200 }));
     await expect(new WorkbenchClient('/', transport).getJob('x')).rejects.toThrow("the server's answer is not JSON");

@@ -35,5 +35,7 @@ def node_modules() -> Path:
         pytest.fail("the labextension tests need Node.js: apt-get install -y nodejs", pytrace=False)
     if not (LABEXT / "node_modules" / ".bin" / "vitest").exists():
         done = run(jlpm(), "install", "--immutable", timeout=600)
-        assert done.returncode == 0, f"jlpm install failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"jlpm install failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        )
     return LABEXT / "node_modules"

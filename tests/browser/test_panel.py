@@ -1,0 +1,206 @@
+"""The JupyterLab side panel (labextension/) in a real JupyterLab and Debian's Chromium.
+
+The prebuilt extension (what the wheel ships under share/jupyter/labextensions) is installed
+into the test's own Jupyter data dir; a real 2-worker job submitted through the Python API
+appears in the panel live (from the event stream, no reload), reaches Succeeded there, and
+its job view shows both ranks' logs; another job is cancelled from the panel. The panel's
+screenshots go to tmp_path (and docs/images/panel-jobs.png, panel-job.png with
+WORKBENCH_UPDATE_IMAGES=1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workbench.manager import JobManager
+from workbench.spec import TrainSpec
+
+from .conftest import Lab
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "docs" / "images"
+BUILT = ROOT / "workbench" / "labextension"  # hatch-jupyter-builder's output (git-ignored)
+EXTENSION = "jupyter-gpu-workbench"
+DEMO, SLOW = "panel-demo", "panel-cancel-me"
+
+# Each rank prints, then waits for the test to have seen it Running (the file "go-on").
+SCRIPT = """\
+import os, time
+rank = os.environ["RANK"]
+for step in range(1, 6):
+    print(f"rank {rank} step {step}", flush=True)
+while not os.path.exists("go-on"):
+    time.sleep(0.1)
+print(f"rank {rank} done", flush=True)
+"""
+
+
+def _built_extension() -> Path:
+    """The built labextension, building it (jlpm) when a fresh checkout has none yet."""
+    if not (BUILT / "package.json").exists():
+        bindir = Path(sys.executable).parent
+        env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        for args in (["install", "--immutable"], ["build:prod"]):
+            done = subprocess.run(
+                [str(bindir / "jlpm"), *args],
+                cwd=ROOT / "labextension",
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                check=False,
+            )
+            assert done.returncode == 0, f"jlpm {args[0]} failed:\n{done.stdout[-3000:]}"
+    return BUILT
+
+
+@pytest.fixture
+def panel_extension(tmp_path: Path) -> Path:
+    """The prebuilt extension in the (test-private) Jupyter data dir the lab will read."""
+    target = tmp_path / "jupyter" / "jupyter_data_dir" / "labextensions" / EXTENSION
+    shutil.copytree(_built_extension(), target)
+    return target
+
+
+@pytest.fixture
+def lab(panel_extension: Path, jupyter_lab: Lab) -> Iterator[Lab]:
+    """JupyterLab with the panel (the extension is in place before the server starts)."""
+    (jupyter_lab.root / "train_panel.py").write_text(SCRIPT)
+    yield jupyter_lab
+
+
+def _submit(manager: JobManager, lab: Lab, name: str, command: list[str]) -> None:
+    spec = TrainSpec.from_dict(
+        {"name": name, "command": command, "workers": 2, "runtime": "process"},
+        base_dir=lab.root,
+    )
+    spec.working_dir = str(lab.root)
+    manager.submit(spec)
+
+
+def _row(page: Any, name: str, status: str | None = None) -> Any:
+    row = page.locator(f'.jp-WorkbenchPanel-row[data-job="{name}"]')
+    return row.locator(f'[data-status="{status}"]') if status else row
+
+
+@pytest.mark.slow
+def test_jobs_panel_follows_a_real_job(
+    lab: Lab, browser_page: Any, manager: JobManager, tmp_path: Path
+) -> None:
+    page = browser_page
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    # The GPU icon's tab is in the left sidebar; the palette command opens the panel.
+    tab = page.locator('.jp-SideBar [data-id="jp-workbench-panel"]')
+    try:
+        tab.wait_for(timeout=60_000)
+    except Exception as e:
+        raise AssertionError(f"no workbench tab in the sidebar: {e}\n{lab.log_text()}") from e
+    assert tab.locator("svg").count() == 1
+    palette = page.locator(".lm-CommandPalette-input")
+    # Keys do nothing until Lab has restored its layout (the launcher shows); the shortcut
+    # toggles, so press only while the palette is hidden.
+    page.locator(".jp-Launcher").first.wait_for(timeout=60_000)
+    page.locator(".jp-Launcher").first.click()
+    for _ in range(10):
+        if palette.is_visible():
+            break
+        page.keyboard.press("Control+Shift+C")
+        try:
+            palette.wait_for(state="visible", timeout=3_000)
+        except Exception:
+            continue
+    palette.fill("Workbench: Open jobs panel")
+    # The palette re-renders its items as it filters: pick the command with the keyboard.
+    page.locator('.lm-CommandPalette-item[data-command="workbench:open-jobs"]').wait_for()
+    page.keyboard.press("Enter")
+    panel = page.locator("#jp-workbench-panel")
+    panel.wait_for(state="visible", timeout=15_000)
+    assert panel.get_attribute("aria-label") == "Workbench jobs"
+    try:
+        panel.locator('[data-state="live"]').wait_for(timeout=30_000)
+    except Exception as e:
+        raise AssertionError(
+            f"the panel never went live: {panel.inner_text()}\n{lab.log_text()}"
+        ) from e
+    panel.locator(".jp-WorkbenchPanel-empty", has_text="No jobs yet").wait_for(timeout=15_000)
+
+    # A real 2-worker job shows up live and runs, without a reload.
+    _submit(manager, lab, DEMO, [sys.executable, "train_panel.py"])
+    _row(page, DEMO, "Running").wait_for(timeout=60_000)
+    row = _row(page, DEMO)
+    cells = {
+        col: row.locator(f'[data-col="{col}"]').inner_text()
+        for col in ("name", "backend", "workers", "gpus", "age", "cost")
+    }
+    assert cells["name"] == DEMO, cells
+    assert (cells["backend"], cells["workers"], cells["gpus"]) == ("local", "2w", "0 GPU"), cells
+    assert cells["age"][-1] in "smhd" and cells["cost"].startswith("$"), cells
+    (lab.root / "go-on").touch()
+    _row(page, DEMO, "Succeeded").wait_for(timeout=60_000)
+    assert manager.get(DEMO).status.value == "Succeeded"
+
+    # A second job to cancel, then the list's filter and search.
+    _submit(manager, lab, SLOW, [sys.executable, "-c", "import time; time.sleep(300)"])
+    _row(page, SLOW, "Running").wait_for(timeout=60_000)
+    search = panel.get_by_label("Search jobs")
+    search.fill("cancel-me")
+    _row(page, DEMO).wait_for(state="detached", timeout=5_000)
+    search.fill("")
+    panel.get_by_label("Filter jobs by status").select_option("Succeeded")
+    _row(page, SLOW).wait_for(state="detached", timeout=5_000)
+    assert _row(page, DEMO).count() == 1
+    panel.get_by_label("Filter jobs by status").select_option("")
+    shot = tmp_path / "panel-jobs.png"
+    panel.screenshot(path=str(shot))
+
+    # The job view: both ranks, each rank's log, then all ranks together.
+    _row(page, DEMO).click()
+    detail = panel.locator(f'.jp-WorkbenchPanel-detail[data-job="{DEMO}"]')
+    detail.wait_for(timeout=10_000)
+    ranks = detail.locator(".jp-WorkbenchPanel-ranks tbody tr")
+    assert ranks.count() == 2
+    assert ranks.nth(1).locator("[data-status]").inner_text() == "Succeeded"
+    log = detail.get_by_label("Log text")
+    detail.locator('.jp-WorkbenchPanel-log[data-rank="0"]', has_text="rank 0 done").wait_for(
+        timeout=15_000
+    )
+    assert "rank 1" not in log.inner_text()
+    detail.get_by_label("Which rank's log").select_option("1")
+    detail.locator('.jp-WorkbenchPanel-log[data-rank="1"]', has_text="rank 1 done").wait_for(
+        timeout=15_000
+    )
+    assert log.inner_text().splitlines() == [f"rank 1 step {i}" for i in range(1, 6)] + [
+        "rank 1 done"
+    ]
+    detail.get_by_label("Which rank's log").select_option("all")
+    detail.locator(
+        '.jp-WorkbenchPanel-log[data-rank="all"]', has_text="[rank 1] rank 1 done"
+    ).wait_for(timeout=15_000)
+    text = log.inner_text()
+    assert "[rank 0] rank 0 done" in text and "[rank 1] rank 1 step 5" in text, text
+    assert detail.locator(".jp-WorkbenchPanel-events li", has_text="Submitted").count() >= 1
+    assert detail.get_by_label(f"Cancel {DEMO}").is_disabled()  # it has ended
+    job_shot = tmp_path / "panel-job.png"
+    panel.screenshot(path=str(job_shot))
+
+    # Cancel the other job from its view: the panel shows it Cancelled, and so does the store.
+    detail.get_by_label("Back to the job list").click()
+    _row(page, SLOW).click()
+    slow = panel.locator(f'.jp-WorkbenchPanel-detail[data-job="{SLOW}"]')
+    slow.get_by_label(f"Cancel {SLOW}").click()
+    slow.locator('.jp-WorkbenchPanel-title [data-status="Cancelled"]').wait_for(timeout=60_000)
+    assert manager.get(SLOW).status.value == "Cancelled"
+    assert panel.locator('[role="alert"]').count() == 0, panel.inner_text()
+
+    if os.environ.get("WORKBENCH_UPDATE_IMAGES") == "1":
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(shot, IMAGES / "panel-jobs.png")
+        shutil.copyfile(job_shot, IMAGES / "panel-job.png")
