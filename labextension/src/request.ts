@@ -150,10 +150,11 @@ export class WorkbenchClient {
   }
 
   /** Every job, a page at a time; `onPage` sees each page as it lands (first rows early). */
-  async listAll(onPage?: (jobs: RawJob[]) => void): Promise<RawJob[]> {
+  async listAll(onPage?: (jobs: RawJob[]) => void, firstPage = 100): Promise<RawJob[]> {
     const all: RawJob[] = [];
     for (let offset = 0; ; ) {
-      const page = await this.listPage(offset);
+      // A small first page fills the view sooner; then the largest pages the server gives.
+      const page = await this.listPage(offset, offset === 0 ? firstPage : WorkbenchClient.PAGE);
       all.push(...page.jobs);
       onPage?.(page.jobs);
       offset += page.jobs.length;

@@ -64,7 +64,7 @@ describe('WorkbenchClient', () => {
     expect(all.map(j => j.name)).toEqual(['a', 'b', 'c']);
     expect(pages).toEqual([['a', 'b'], ['c']]);
     expect(calls.map(c => c.url)).toEqual([
-      '/base/workbench/api/jobs?offset=0&limit=1000',
+      '/base/workbench/api/jobs?offset=0&limit=100',
       '/base/workbench/api/jobs?offset=2&limit=1000'
     ]);
   });
