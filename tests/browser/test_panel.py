@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -92,6 +93,25 @@ def _row(page: Any, name: str, status: str | None = None) -> Any:
     return row.locator(f'[data-status="{status}"]') if status else row
 
 
+def _palette(page: Any, text: str, command: str) -> None:
+    """Run a command from the palette, as a user does (Ctrl+Shift+C, type, Enter)."""
+    palette = page.locator(".lm-CommandPalette-input")
+    # Keys do nothing until Lab has restored its layout; the shortcut toggles, so press
+    # only while the palette is hidden.
+    for _ in range(10):
+        if palette.is_visible():
+            break
+        page.keyboard.press("Control+Shift+C")
+        try:
+            palette.wait_for(state="visible", timeout=3_000)
+        except Exception:
+            continue
+    palette.fill(text)
+    # The palette re-renders its items as it filters: pick the command with the keyboard.
+    page.locator(f'.lm-CommandPalette-item.lm-mod-active[data-command="{command}"]').wait_for()
+    page.keyboard.press("Enter")
+
+
 def _open_panel(page: Any, lab: Lab) -> Any:
     """Load Lab, check the sidebar's GPU tab, open the panel from the palette; the panel."""
     page.goto(f"{lab.url}/lab?token={lab.token}")
@@ -102,23 +122,9 @@ def _open_panel(page: Any, lab: Lab) -> Any:
     except Exception as e:
         raise AssertionError(f"no workbench tab in the sidebar: {e}\n{lab.log_text()}") from e
     assert tab.locator("svg").count() == 1
-    palette = page.locator(".lm-CommandPalette-input")
-    # Keys do nothing until Lab has restored its layout (the launcher shows); the shortcut
-    # toggles, so press only while the palette is hidden.
     page.locator(".jp-Launcher").first.wait_for(timeout=60_000)
     page.locator(".jp-Launcher").first.click()
-    for _ in range(10):
-        if palette.is_visible():
-            break
-        page.keyboard.press("Control+Shift+C")
-        try:
-            palette.wait_for(state="visible", timeout=3_000)
-        except Exception:
-            continue
-    palette.fill("Workbench: Open jobs panel")
-    # The palette re-renders its items as it filters: pick the command with the keyboard.
-    page.locator('.lm-CommandPalette-item[data-command="workbench:open-jobs"]').wait_for()
-    page.keyboard.press("Enter")
+    _palette(page, "Workbench: Open jobs panel", "workbench:open-jobs")
     panel = page.locator("#jp-workbench-panel")
     panel.wait_for(state="visible", timeout=15_000)
     assert panel.get_attribute("aria-label") == "Workbench jobs"
@@ -207,10 +213,38 @@ def test_jobs_panel_follows_a_real_job(
     assert manager.get(SLOW).status.value == "Cancelled"
     assert panel.locator('[role="alert"]').count() == 0, panel.inner_text()
 
+    # The dark theme: the panel takes its colours from JupyterLab's CSS variables.
+    detail_back = panel.get_by_label("Back to the job list")
+    if detail_back.count():
+        detail_back.click()
+    light = panel.evaluate("el => getComputedStyle(el).backgroundColor")
+    _palette(page, "JupyterLab Dark", "apputils:change-theme")
+    page.locator('body[data-jp-theme-name="JupyterLab Dark"]').wait_for(timeout=30_000)
+    page.wait_for_function(
+        "light => getComputedStyle(document.querySelector('#jp-workbench-panel'))"
+        ".backgroundColor !== light",
+        arg=light,
+        timeout=15_000,
+    )
+    dark = panel.evaluate(
+        """el => { const row = el.querySelector('.jp-WorkbenchPanel-name');
+                   return [getComputedStyle(el).backgroundColor, getComputedStyle(row).color]; }"""
+    )
+    assert _luminance(dark[0]) < 0.3 < _luminance(dark[1]), (light, dark)
+    dark_shot = tmp_path / "panel-jobs-dark.png"
+    panel.screenshot(path=str(dark_shot))
+
     if os.environ.get("WORKBENCH_UPDATE_IMAGES") == "1":
         IMAGES.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(shot, IMAGES / "panel-jobs.png")
         shutil.copyfile(job_shot, IMAGES / "panel-job.png")
+        shutil.copyfile(dark_shot, IMAGES / "panel-jobs-dark.png")
+
+
+def _luminance(css: str) -> float:
+    """0 (black) .. 1 (white) for an rgb()/rgba() colour."""
+    r, g, b = (int(x) for x in re.findall(r"\d+", css)[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
 
 
 # Marks the first job row's arrival in the page (set up before the panel opens).

@@ -1,4 +1,4 @@
-"""The wheel ships the prebuilt labextension: installed on its own (into an empty prefix),
+"""The wheel ships the prebuilt labextension: installed on its own (into an empty venv),
 `jupyter labextension list` reports it enabled and OK, with no `jupyter lab build`."""
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ EXT = "share/jupyter/labextensions/jupyter-gpu-workbench"
 @pytest.mark.slow
 def test_wheel_installs_a_prebuilt_enabled_extension(node_modules: Path, tmp_path: Path) -> None:
     """Build the wheel (the hook builds labextension/ when its output is stale), check its
-    files, install it alone into a prefix, and ask JupyterLab about that prefix."""
+    files, install it alone into an empty venv, and ask JupyterLab about that venv's data."""
     # Offline when the build requirements are here (the test extra has them), else pip
     # fetches them into an isolated build environment.
     have_builder = all(importlib.util.find_spec(m) for m in ("hatchling", "hatch_jupyter_builder"))
     isolated = ["--no-build-isolation"] if have_builder else []
+    before = _installed_here()
     dist = tmp_path / "dist"
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -42,17 +43,28 @@ def test_wheel_installs_a_prebuilt_enabled_extension(node_modules: Path, tmp_pat
     assert any(re.fullmatch(rf"{EXT}/static/remoteEntry\.[0-9a-f]+\.js", n) for n in data), data
     assert not [n for n in names if "node_modules" in n or n.startswith("labextension/")]
 
-    prefix = tmp_path / "prefix"
+    # A fresh, empty venv of its own: never pip-install into the running interpreter's
+    # environment (pip --prefix there uninstalls that environment's copy of the package).
+    venv = tmp_path / "venv"
+    made = subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(venv)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    target = venv / "bin" / "python"
     installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(prefix),
+        [sys.executable, "-m", "pip", "--python", str(target), "install", "-q", "--no-deps",
          str(wheel)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr[-3000:]
+    prefix = venv
+    # The environment running the tests still has its own install of the package.
+    assert _installed_here() == before
     meta = json.loads((prefix / EXT / "package.json").read_text())
     assert meta["name"] == "jupyter-gpu-workbench" and "_build" in meta["jupyterlab"]
 
-    # Only the prefix's share/jupyter (and the tmp dirs) on Jupyter's path: what the wheel
+    # Only the venv's share/jupyter (and the tmp dirs) on Jupyter's path: what the wheel
     # alone provides.
     jenv = {
         **env,
@@ -70,3 +82,13 @@ def test_wheel_installs_a_prebuilt_enabled_extension(node_modules: Path, tmp_pat
     line = next((ln for ln in out.splitlines() if "jupyter-gpu-workbench" in ln), "")
     assert re.search(r"jupyter-gpu-workbench v0\.1\.0 enabled\s+OK", line), out
     assert "python, jupyter-gpu-workbench" in line, out
+
+
+def _installed_here() -> str | None:
+    """Where this environment's jupyter-gpu-workbench metadata lives (None: not installed)."""
+    import importlib.metadata
+
+    try:
+        return str(importlib.metadata.distribution("jupyter-gpu-workbench")._path)  # type: ignore[attr-defined]
+    except importlib.metadata.PackageNotFoundError:
+        return None
