@@ -219,7 +219,9 @@ def test_jobs_panel_follows_a_real_job(
         detail_back.click()
     light = panel.evaluate("el => getComputedStyle(el).backgroundColor")
     _palette(page, "JupyterLab Dark", "apputils:change-theme")
-    page.locator('body[data-jp-theme-name="JupyterLab Dark"]').wait_for(timeout=30_000)
+    page.locator('body[data-jp-theme-name="JupyterLab Dark"]').wait_for(
+        state="attached", timeout=30_000
+    )
     page.wait_for_function(
         "light => getComputedStyle(document.querySelector('#jp-workbench-panel'))"
         ".backgroundColor !== light",
