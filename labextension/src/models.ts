@@ -44,7 +44,8 @@ export interface RawJob {
   status: string;
   backend: string;
   image: string;
-  spec: { [key: string]: unknown };
+  /** The submitted spec (redacted); typed by the wire schema, not read by the list. */
+  spec: object;
   created_at: number;
   started_at: number | null;
   finished_at: number | null;

@@ -18,6 +18,9 @@ export interface WireModel {
 }
 /**
  * One backend the registry knows.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "BackendInfo".
  */
 export interface BackendInfo {
   /**
@@ -43,6 +46,9 @@ export interface BackendInfo {
 }
 /**
  * What a backend can run here (Backend.capabilities()).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Capabilities".
  */
 export interface Capabilities {
   /**
@@ -64,6 +70,9 @@ export interface Capabilities {
 }
 /**
  * Every backend the registry knows (GET /workbench/api/backends).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "BackendList".
  */
 export interface BackendList {
   /**
@@ -73,6 +82,9 @@ export interface BackendList {
 }
 /**
  * Every error body (the server's error_reply): never a stack trace.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Error".
  */
 export interface Error {
   /**
@@ -108,6 +120,10 @@ export interface Error {
    */
   hint?: string | null;
 }
+/**
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuState".
+ */
 export interface GpuState {
   /**
    * the monitor's state (`unavailable` with a reason when there is no GPU)
@@ -128,6 +144,9 @@ export interface GpuState {
 }
 /**
  * Something that happened to a job: submitted, started, restarted, failed, ...
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "JobEvent".
  */
 export interface JobEvent {
   /**
@@ -149,6 +168,9 @@ export interface JobEvent {
 }
 /**
  * One page of jobs, newest first.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "JobPage".
  */
 export interface JobPage {
   /**
@@ -170,6 +192,9 @@ export interface JobPage {
 }
 /**
  * The one wire model (JobRecord.to_dict(), mirrored by labextension/src/models.ts).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "JobRecord".
  */
 export interface JobRecord {
   /**
@@ -263,6 +288,9 @@ export interface JobRecord {
 }
 /**
  * One worker (rank) of the job's current attempt.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "RankRecord".
  */
 export interface RankRecord {
   /**
@@ -302,6 +330,9 @@ export interface RankRecord {
 }
 /**
  * A training job request; unknown fields are rejected with 400.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "TrainSpec".
  */
 export interface TrainSpec {
   /**

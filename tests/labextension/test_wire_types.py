@@ -20,18 +20,31 @@ from .conftest import LABEXT, ROOT
 WIRE_TS = LABEXT / "src" / "wire.ts"
 
 
+def schema_document() -> dict[str, Any]:
+    """The wire model's JSON Schema: `python -m workbench.wireschema --json` where this
+    version has it, else docs/openapi.yaml's components (whose generated block comes from
+    workbench.wireschema, held to the code by tests/test_wireschema.py)."""
+    from workbench import wireschema
+
+    document = getattr(wireschema, "json_schema_document", None)
+    if document is not None:
+        doc: dict[str, Any] = document()
+        return doc
+    openapi = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
+    return {"components": {"schemas": openapi["components"]["schemas"]}}
+
+
 def wire_schemas() -> dict[str, Any]:
-    """The schemas by name, as docs/openapi.yaml's components hold them (their generated
-    block comes from workbench.wireschema, which tests/test_wireschema.py holds to the code)."""
-    doc = yaml.safe_load((ROOT / "docs" / "openapi.yaml").read_text())
-    schemas: dict[str, Any] = doc["components"]["schemas"]
+    """The schemas by name."""
+    doc = schema_document()
+    schemas: dict[str, Any] = doc.get("$defs") or doc["components"]["schemas"]
     return schemas
 
 
 def generate(tmp: Path) -> str:
     """wire.ts as labextension/scripts/gen-types.mjs writes it from the current schemas."""
     schema = tmp / "wire-schema.json"
-    schema.write_text(json.dumps({"components": {"schemas": wire_schemas()}}))
+    schema.write_text(json.dumps(schema_document()))
     out = tmp / "wire.ts"
     done = subprocess.run(
         ["node", "scripts/gen-types.mjs", str(schema), str(out)],
@@ -59,13 +72,9 @@ def test_wire_ts_is_generated_from_the_schema(node_modules: Path, tmp_path: Path
         assert f"\n  {field}" in fresh.split("export interface JobRecord ")[1].split("\n}")[0]
 
 
-def test_generator_follows_a_schema_change(node_modules: Path, tmp_path: Path) -> None:
-    """A field added to the schema shows up in the generated types (the check can fail)."""
-    schemas = wire_schemas()
-    schemas["JobRecord"]["properties"]["drift_probe"] = {"type": "integer", "title": "Drift"}
-    schemas["JobRecord"]["required"].append("drift_probe")
-    schema = tmp_path / "changed.json"
-    schema.write_text(json.dumps(schemas))  # the plain {name: schema} shape is accepted too
+def _gen(tmp: Path, doc: dict[str, Any]) -> str:
+    schema = tmp / "schema.json"
+    schema.write_text(json.dumps(doc))
     done = subprocess.run(
         ["node", "scripts/gen-types.mjs", str(schema)],
         cwd=LABEXT,
@@ -75,9 +84,38 @@ def test_generator_follows_a_schema_change(node_modules: Path, tmp_path: Path) -
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "  drift_probe: number;" in done.stdout
-    assert done.stdout != WIRE_TS.read_text()
-    assert "export type Drift" not in done.stdout  # field titles do not become aliases
+    return done.stdout
+
+
+def test_generator_follows_a_schema_change(node_modules: Path, tmp_path: Path) -> None:
+    """A field added to the schema shows up in the generated types (the check can fail)."""
+    doc = schema_document()
+    job = (doc.get("$defs") or doc["components"]["schemas"])["JobRecord"]
+    job["properties"]["drift_probe"] = {"type": "integer", "title": "Drift"}
+    job["required"].append("drift_probe")
+    out = _gen(tmp_path, doc)
+    assert "  drift_probe: number;" in out
+    assert out != WIRE_TS.read_text()
+    assert "export type Drift" not in out  # field titles do not become aliases
+
+
+def test_generator_reads_each_schema_shape(node_modules: Path, tmp_path: Path) -> None:
+    """`wireschema --json`'s $defs document and OpenAPI components give the same types,
+    cross-references included."""
+    defs = {
+        "Page": {
+            "type": "object",
+            "properties": {"items": {"type": "array", "items": {"$ref": "#/$defs/Item"}}},
+            "required": ["items"],
+        },
+        "Item": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+    }
+    from_defs = _gen(tmp_path, {"title": "X", "anyOf": [], "$defs": defs})
+    openapi = json.loads(json.dumps(defs).replace("#/$defs/", "#/components/schemas/"))
+    from_openapi = _gen(tmp_path, {"components": {"schemas": openapi}})
+    assert from_defs == from_openapi
+    assert "export interface Page {\n  items: Item[];\n}" in from_defs, from_defs
+    assert "export interface Item {\n  n: number;\n}" in from_defs, from_defs
 
 
 if __name__ == "__main__":
