@@ -381,13 +381,25 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
     setError(null);
     setEnded(false);
     const abort = new AbortController();
-    const lines: string[] = [];
+    // New lines since the last frame; the box holds one text node per frame's batch, so a
+    // frame appends one node and drops whole old ones instead of rewriting 5,000 lines.
+    let pending: string[] = [];
+    const batches: number[] = [];
+    let kept = 0;
     let frame = 0;
     const flush = (): void => {
       frame = 0;
+      if (pending.length === 0) return;
       const stick = node.scrollTop + node.clientHeight >= node.scrollHeight - 4;
-      if (lines.length > LOG_LINES_KEPT) lines.splice(0, lines.length - LOG_LINES_KEPT);
-      node.textContent = lines.join('\n');
+      const batch = pending.length > LOG_LINES_KEPT ? pending.slice(-LOG_LINES_KEPT) : pending;
+      pending = [];
+      node.appendChild(document.createTextNode(batch.join('\n') + '\n'));
+      batches.push(batch.length);
+      kept += batch.length;
+      while (kept > LOG_LINES_KEPT && node.firstChild && batches.length > 1) {
+        node.removeChild(node.firstChild);
+        kept -= batches.shift() ?? 0;
+      }
       if (stick) node.scrollTop = node.scrollHeight;
     };
     client
@@ -396,7 +408,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
         rank,
         follow,
         batch => {
-          lines.push(...batch);
+          for (const line of batch) pending.push(line);
           if (!frame) frame = requestAnimationFrame(flush);
         },
         abort.signal

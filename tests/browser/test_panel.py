@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -299,3 +300,93 @@ def test_panel_lists_1000_jobs_rendering_only_visible_rows(
         f"panel: first rows of 1,000 jobs after {first_rows_ms:.0f} ms; {rendered} rows in the DOM"
     )
     assert first_rows_ms < 3000, f"first rows after {first_rows_ms:.0f} ms (goal 1 s)"
+
+
+CHATTY = """\
+import sys, time
+rate, seconds = 10_000, 6.0
+batch, n = rate // 100, 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    tick = time.monotonic()
+    sys.stdout.write("".join(f"line {n + i} of a chatty job\\n" for i in range(batch)))
+    sys.stdout.flush()
+    n += batch
+    time.sleep(max(0.0, 0.01 - (time.monotonic() - tick)))
+print(f"done after {n} lines", flush=True)
+"""
+
+# Long tasks (> 50 ms on the main thread) and animation frames, from when it is installed.
+PERF_JS = """
+() => { window.__wbLong = []; window.__wbFrames = 0;
+  new PerformanceObserver(list => { for (const e of list.getEntries())
+    window.__wbLong.push(e.duration); }).observe({type: 'longtask', buffered: false});
+  const tick = () => { window.__wbFrames += 1; requestAnimationFrame(tick); };
+  requestAnimationFrame(tick); }
+"""
+
+
+@pytest.mark.slow
+def test_job_view_stays_responsive_while_a_log_streams_10k_lines_per_second(
+    lab: Lab, browser_page: Any, manager: JobManager, tmp_path: Path
+) -> None:
+    """A job writes 10,000 lines/s for 6 s into the followed log view: no main-thread task
+    over 1 s (the longest is reported), the view ends on the job's last line, and the
+    WebSocket carries little for an idle panel and for the busy job (its log goes over HTTP)."""
+    (lab.root / "chatty.py").write_text(CHATTY)
+    page = browser_page
+    ws_bytes: list[tuple[float, int]] = []
+
+    def on_socket(ws: Any) -> None:
+        if "workbench/api/events" in ws.url:
+            ws.on(
+                "framereceived", lambda payload: ws_bytes.append((time.monotonic(), len(payload)))
+            )
+
+    page.on("websocket", on_socket)
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    tab = page.locator('.jp-SideBar [data-id="jp-workbench-panel"]')
+    tab.wait_for(timeout=60_000)
+    page.locator(".jp-Launcher").first.wait_for(timeout=60_000)
+    tab.click()
+    panel = page.locator("#jp-workbench-panel")
+    panel.locator('[data-state="live"]').wait_for(timeout=30_000)
+    idle_from = time.monotonic()
+    page.wait_for_timeout(10_000)  # the measured idle window itself, not a wait for a state
+    idle = sum(n for t, n in ws_bytes if t >= idle_from) * 6  # bytes per minute
+
+    page.evaluate(PERF_JS)
+    busy_from = time.monotonic()
+    spec = TrainSpec.from_dict(
+        {"name": "chatty", "command": [sys.executable, "chatty.py"], "runtime": "process"},
+        base_dir=lab.root,
+    )
+    spec.working_dir = str(lab.root)
+    manager.submit(spec)
+    _row(page, "chatty").click()
+    detail = panel.locator('.jp-WorkbenchPanel-detail[data-job="chatty"]')
+    detail.locator('[data-following="true"]').wait_for(timeout=30_000)
+    detail.locator('.jp-WorkbenchPanel-title [data-status="Succeeded"]').wait_for(timeout=90_000)
+    log = detail.get_by_label("Log text")
+    detail.locator(".jp-WorkbenchPanel-log", has_text="done after").wait_for(timeout=30_000)
+    busy_seconds = time.monotonic() - busy_from
+    perf = page.evaluate("() => ({long: window.__wbLong, frames: window.__wbFrames})")
+    busy = sum(n for t, n in ws_bytes if t >= busy_from) * 60 / busy_seconds
+    lines = log.inner_text().splitlines()
+    total = int(lines[-1].split()[2])
+    assert total >= 30_000, lines[-1]  # the job really was chatty
+    assert len(lines) <= 5_000 and lines[-2] == f"line {total - 1} of a chatty job", lines[-3:]
+    longest = max(perf["long"], default=0.0)
+    figures = {
+        "log_lines": total,
+        "seconds": round(busy_seconds, 1),
+        "longest_task_ms": round(longest),
+        "long_tasks": len(perf["long"]),
+        "frames_per_s": round(perf["frames"] / busy_seconds),
+        "ws_bytes_per_min_idle": idle,
+        "ws_bytes_per_min_busy_job": round(busy),
+    }
+    (tmp_path / "panel-stream-bench.json").write_text(json.dumps(figures))
+    print(f"panel log stream: {figures}")
+    assert longest < 1000, figures
+    assert idle < 20_000 and busy < 200_000, figures
