@@ -11,7 +11,7 @@ import * as React from 'react';
 
 import { JobFeed } from './feed';
 import { gpuIcon } from './icon';
-import { JobsTab } from './panel';
+import { JobsTab, PanelErrorBoundary } from './panel';
 import { WorkbenchClient } from './request';
 import { eventsUrl, type SocketLike } from './stream';
 
@@ -49,7 +49,11 @@ class WorkbenchPanel extends ReactWidget {
   }
 
   render(): JSX.Element {
-    return React.createElement(JobsTab, { feed: this.feed, client: this.client });
+    return React.createElement(
+      PanelErrorBoundary,
+      null,
+      React.createElement(JobsTab, { feed: this.feed, client: this.client })
+    );
   }
 }
 

@@ -23,6 +23,7 @@ const ROW_HEIGHT = 44;
 /** Lines the log box keeps (older ones are dropped), so a fast log never slows the page. */
 export const LOG_LINES_KEPT = 5000;
 
+/** Re-render on every change `subscribe` reports; returns a counter that moves each time. */
 function useSubscription(subscribe: (fn: () => void) => () => void): number {
   const [version, setVersion] = React.useState(0);
   React.useEffect(() => subscribe(() => setVersion(v => v + 1)), [subscribe]);
@@ -58,6 +59,31 @@ function ErrorBox({ message, onRetry }: { message: string; onRetry?: () => void 
       )}
     </div>
   );
+}
+
+/** Shows what broke instead of a blank panel when rendering throws (a record the panel
+ * cannot read, say); "Try again" re-renders. */
+export class PanelErrorBoundary extends React.Component<
+  { children: React.ReactNode },
+  { error: string | null }
+> {
+  state = { error: null as string | null };
+
+  static getDerivedStateFromError(error: unknown): { error: string } {
+    return { error: error instanceof Error ? error.message : String(error) };
+  }
+
+  render(): React.ReactNode {
+    if (this.state.error !== null) {
+      return (
+        <ErrorBox
+          message={`The workbench panel failed to draw: ${this.state.error}`}
+          onRetry={() => this.setState({ error: null })}
+        />
+      );
+    }
+    return this.props.children;
+  }
 }
 
 /** The whole Jobs tab. */
@@ -240,27 +266,35 @@ function JobDetail({
   onBack: () => void;
   onOpen: (name: string) => void;
 }): JSX.Element {
-  useSubscription(React.useCallback(fn => feed.table.subscribe(fn), [feed]));
+  const version = useSubscription(React.useCallback(fn => feed.table.subscribe(fn), [feed]));
   const now = useNow(5000);
-  const [fetched, setFetched] = React.useState<JobView | null>(null);
   const [error, setError] = React.useState<string | null>(null);
   const [busy, setBusy] = React.useState(false);
-  const job = feed.table.get(name) ?? fetched;
+  const loading = React.useRef(false);
+  const inTable = feed.table.get(name);
+  // The last record seen stays on screen when the job leaves the table (deleted).
+  const lastSeen = React.useRef<JobView | null>(null);
+  if (inTable) lastSeen.current = inTable;
+  const job = inTable ?? lastSeen.current;
 
   const load = React.useCallback(() => {
+    if (loading.current) return;
+    loading.current = true;
     setError(null);
     client
       .getJob(name)
-      .then(raw => {
-        feed.table.upsert([raw]);
-        setFetched(feed.table.get(name) ?? null);
-      })
-      .catch((e: Error) => setError(e.message));
+      .then(raw => feed.table.upsert([raw]))
+      .catch((e: Error) => setError(e.message))
+      .finally(() => {
+        loading.current = false;
+      });
   }, [client, feed, name]);
 
+  // Not in the table (opened before the list arrived, or deleted since): ask the server,
+  // whose answer (the record, or e.g. "no job named ...") replaces any "Loading".
   React.useEffect(() => {
-    if (!feed.table.get(name)) load();
-  }, [name]);
+    if (!feed.table.get(name) && error === null) load();
+  }, [name, version]);
 
   const act = async (what: 'cancel' | 'rerun'): Promise<void> => {
     setBusy(true);

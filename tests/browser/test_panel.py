@@ -214,6 +214,12 @@ def test_jobs_panel_follows_a_real_job(
     assert manager.get(SLOW).status.value == "Cancelled"
     assert panel.locator('[role="alert"]').count() == 0, panel.inner_text()
 
+    # Deleted while its view is open: the view says what happened and keeps the last record
+    # (never a blank panel, never an endless "Loading").
+    manager.delete(SLOW)
+    slow.locator('[role="alert"]', has_text=f"Reading job {SLOW} failed").wait_for(timeout=30_000)
+    assert slow.locator(".jp-WorkbenchPanel-title", has_text=SLOW).count() == 1
+
     # The dark theme: the panel takes its colours from JupyterLab's CSS variables.
     detail_back = panel.get_by_label("Back to the job list")
     if detail_back.count():
