@@ -93,4 +93,5 @@ bench: setup
 	$(BIN)/python bench/bench_launch.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache \
+	  labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo workbench/labextension
