@@ -123,6 +123,8 @@ function StreamLine({ feed }: { feed: JobFeed }): JSX.Element {
       role="status"
       aria-live="polite"
       data-state={feed.streamState}
+      data-protocol={feed.hello?.protocol ?? ''}
+      data-resumed={feed.hello?.resumed ? 'true' : 'false'}
     >
       {text}
       {feed.streamState === 'failed' && (

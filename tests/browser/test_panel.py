@@ -396,3 +396,49 @@ def test_job_view_stays_responsive_while_a_log_streams_10k_lines_per_second(
     print(f"panel log stream: {figures}")
     assert longest < 1000, figures
     assert idle < 20_000 and busy < 200_000, figures
+
+
+@pytest.mark.slow
+def test_panel_reconnects_and_catches_up_after_the_server_restarts(
+    lab: Lab, browser_page: Any, manager: JobManager
+) -> None:
+    """The server goes away (the panel says it is reconnecting, never blank), a job is
+    submitted meanwhile, the server comes back on the same port: the panel reconnects on its
+    own and shows the job without a page reload."""
+    import psutil
+
+    from .conftest import _stop, _wait_until_up
+
+    page = browser_page
+    page.goto(f"{lab.url}/lab?token={lab.token}")
+    tab = page.locator('.jp-SideBar [data-id="jp-workbench-panel"]')
+    tab.wait_for(timeout=60_000)
+    page.locator(".jp-Launcher").first.wait_for(timeout=60_000)
+    tab.click()
+    panel = page.locator("#jp-workbench-panel")
+    panel.locator('[data-state="live"]').wait_for(timeout=30_000)
+    _submit(manager, lab, "before-restart", [sys.executable, "-c", "print('hi')"])
+    _row(page, "before-restart", "Succeeded").wait_for(timeout=60_000)
+
+    cmd = psutil.Process(lab.process.pid).cmdline()
+    _stop(lab.process)
+    panel.locator('[data-state="reconnecting"]').wait_for(timeout=30_000)
+    assert "Disconnected" in panel.inner_text()
+    _submit(manager, lab, "while-away", [sys.executable, "-c", "print('hi')"])
+    manager.wait("while-away", timeout=60)
+
+    with open(lab.log, "ab") as out:
+        lab.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=lab.root)
+    try:
+        _wait_until_up(lab)
+        # The backoff tops out at 10 s between tries.
+        live = panel.locator('[data-state="live"]')
+        live.wait_for(timeout=60_000)
+        _row(page, "while-away", "Succeeded").wait_for(timeout=30_000)
+        if live.get_attribute("data-protocol") == "1":
+            # A protocol-v1 server replays what was missed (?since=<last id>): no re-list.
+            assert live.get_attribute("data-resumed") == "true"
+        assert _row(page, "before-restart").count() == 1
+        assert panel.locator('[role="alert"]').count() == 0, panel.inner_text()
+    finally:
+        _stop(lab.process)
