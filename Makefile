@@ -7,9 +7,11 @@ DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
 DEMO_NAME := demo-$(shell date +%s)
 
-.PHONY: setup system-deps demo test lint typecheck unit bench clean images screenshots
+.PHONY: setup system-deps node demo test lint typecheck unit bench clean images screenshots
 
-$(STAMP): pyproject.toml
+# The install builds labextension/ into the package (hatch-jupyter-builder runs jlpm, which
+# needs Node.js), so the venv waits for node.
+$(STAMP): pyproject.toml labextension/package.json labextension/yarn.lock | node
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# torch is pinned: an open range can pull a multi-GB CUDA build.
@@ -41,6 +43,17 @@ system-deps:
 	else \
 	  echo "system-deps: the tests need system packages this machine lacks:$$missing" >&2; \
 	  echo "system-deps: install them with:  sudo apt-get install -y$$missing" >&2; \
+	  exit 1; \
+	fi
+
+# Node.js builds the labextension; installed (as root, with apt-get) when missing.
+node:
+	@if command -v node >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "node: installing nodejs (the labextension build needs it)"; \
+	  $(APT) update && $(APT) install -y nodejs >/dev/null; \
+	else \
+	  echo "node: the labextension build needs Node.js: sudo apt-get install -y nodejs" >&2; \
 	  exit 1; \
 	fi
 
@@ -80,4 +93,5 @@ bench: setup
 	$(BIN)/python bench/bench_launch.py
 
 clean:
-	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache \
+	  labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo workbench/labextension
