@@ -5,16 +5,89 @@
  * Every named schema of the workbench wire model.
  */
 export interface WireModel {
+  Alert: Alert;
   BackendInfo: BackendInfo;
   BackendList: BackendList;
   Capabilities: Capabilities;
+  DatasetEntry: DatasetEntry;
+  DatasetListing: DatasetListing;
   Error: Error;
+  EventGpu: EventGpu;
+  EventHello: EventHello;
+  EventJob: EventJob;
+  EventJobDeleted: EventJobDeleted;
+  EventReset: EventReset;
+  GpuHolder: GpuHolder;
+  GpuMonitorState: GpuMonitorState1;
+  GpuProcess: GpuProcess;
+  GpuRecord: GpuRecord;
+  GpuSample: GpuSample;
   GpuState: GpuState;
+  ImageInfo: ImageInfo;
+  ImageList: ImageList;
+  InstanceSpec: InstanceSpec;
   JobEvent: JobEvent;
   JobPage: JobPage;
-  JobRecord: JobRecord;
+  JobRecord: JobRecord1;
+  Metrics: Metrics;
+  Mount: Mount;
+  NodeGpu: NodeGpu;
+  NodeInfo: NodeInfo;
+  NodeJob: NodeJob;
+  NodeList: NodeList;
+  Placement: Placement;
+  Plan: Plan;
+  PlanMount: PlanMount;
   RankRecord: RankRecord;
+  RerunRequest: RerunRequest;
+  ScalarRecord: ScalarRecord;
+  SpecList: SpecList;
+  SubmittedSpec: SubmittedSpec1;
   TrainSpec: TrainSpec;
+}
+/**
+ * One alert on one GPU; cleared is null while it is active.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Alert".
+ */
+export interface Alert {
+  /**
+   * what it is about
+   */
+  kind: 'temperature' | 'memory' | 'idle' | 'xid' | 'ecc' | 'gpu_lost';
+  /**
+   * the GPU's index
+   */
+  gpu: number;
+  /**
+   * the GPU's UUID, or null when unknown
+   */
+  uuid: string | null;
+  /**
+   * how much it matters
+   */
+  level: 'warning' | 'error';
+  /**
+   * what is wrong, in plain words
+   */
+  message: string;
+  /**
+   * the figure that raised it
+   */
+  value: number | null;
+  /**
+   * the rule's threshold
+   */
+  threshold: number | null;
+  /**
+   * Unix time it was raised
+   */
+  since: number;
+  /**
+   * Unix time it cleared, or null while active
+   */
+  cleared: number | null;
 }
 /**
  * One backend the registry knows.
@@ -81,6 +154,46 @@ export interface BackendList {
   backends: BackendInfo[];
 }
 /**
+ * One object or folder under a data URL.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetEntry".
+ */
+export interface DatasetEntry {
+  /**
+   * its full name, scheme://bucket/... for a store
+   */
+  name: string;
+  /**
+   * a file (object) or a folder (prefix)
+   */
+  type: 'file' | 'directory';
+  /**
+   * bytes (0 for a folder)
+   */
+  size: number;
+  /**
+   * last modified time as the store gives it, or empty
+   */
+  modified: string;
+}
+/**
+ * GET /workbench/api/datasets?url=...
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetListing".
+ */
+export interface DatasetListing {
+  /**
+   * the URL listed
+   */
+  url: string;
+  /**
+   * the objects and folders directly under it
+   */
+  entries: DatasetEntry[];
+}
+/**
  * Every error body (the server's error_reply): never a stack trace.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
@@ -121,26 +234,425 @@ export interface Error {
   hint?: string | null;
 }
 /**
+ * One host GPU sample (not replayed on resume).
+ *
  * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "GpuState".
+ * via the `definition` "EventGpu".
  */
-export interface GpuState {
+export interface EventGpu {
   /**
-   * the monitor's state (`unavailable` with a reason when there is no GPU)
+   * gpu
+   */
+  type: 'gpu';
+  /**
+   * the monitor's state
+   */
+  state:
+    | 'ok'
+    | 'no_library'
+    | 'no_driver'
+    | 'no_gpu'
+    | 'no_permission'
+    | 'disabled'
+    | 'error'
+    | 'unavailable';
+  /**
+   * why monitoring is off (null when ok)
+   */
+  reason: string | null;
+  /**
+   * the latest sample of each GPU
+   */
+  gpus: GpuSample[];
+  /**
+   * alerts raised now
+   */
+  alerts: Alert[];
+}
+/**
+ * One reading of one GPU; a figure is null where the GPU does not report it.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuSample".
+ */
+export interface GpuSample {
+  /**
+   * the GPU's index on its host
+   */
+  index: number;
+  /**
+   * the GPU's UUID, or null when unknown
+   */
+  uuid: string | null;
+  /**
+   * the GPU's model name
+   */
+  name: string;
+  /**
+   * Unix time of the reading
+   */
+  time: number;
+  /**
+   * percent of the last period the GPU was busy
+   */
+  utilization: number | null;
+  /**
+   * GPU memory in use, bytes
+   */
+  memory_used: number | null;
+  /**
+   * GPU memory in all, bytes
+   */
+  memory_total: number | null;
+  /**
+   * degrees C
+   */
+  temperature: number | null;
+  /**
+   * power draw, W
+   */
+  power: number | null;
+  /**
+   * the enforced power limit, W
+   */
+  power_limit: number | null;
+  /**
+   * SM clock, MHz
+   */
+  sm_clock: number | null;
+  /**
+   * processes using it, or null
+   */
+  processes: GpuProcess[] | null;
+  /**
+   * volatile uncorrected ECC errors since the driver loaded
+   */
+  ecc_errors: number | null;
+  /**
+   * an XID error code seen since the previous reading
+   */
+  xid: number | null;
+  /**
+   * why the GPU stopped answering (e.g. fell off the bus)
+   */
+  error: string | null;
+}
+/**
+ * A process using a GPU.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuProcess".
+ */
+export interface GpuProcess {
+  /**
+   * its process ID on the GPU's host
+   */
+  pid: number;
+  /**
+   * GPU memory it uses, bytes, or null when not reported
+   */
+  memory: number | null;
+  /**
+   * the job's rank it belongs to (a job's records)
+   */
+  rank?: number | null;
+}
+/**
+ * The first frame of every connection.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventHello".
+ */
+export interface EventHello {
+  /**
+   * hello
+   */
+  type: 'hello';
+  /**
+   * the protocol version this server speaks
+   */
+  protocol: 1;
+  /**
+   * the newest change id when the connection opened
+   */
+  last_id: number;
+  /**
+   * true: the changes after the client's since follow
+   */
+  resumed: boolean;
+  /**
+   * how many jobs are in each status
+   */
+  jobs: {
+    [k: string]: number;
+  };
+  gpu: GpuMonitorState;
+}
+/**
+ * the GPU monitor's state
+ */
+export interface GpuMonitorState {
+  /**
+   * the monitor's state in one word, e.g. ok, unavailable
    */
   state: string;
-  reason?: string | null;
   /**
-   * newest GpuSample of each GPU
+   * why monitoring is off, in plain words (null when ok)
    */
-  gpus: {}[];
+  reason: string | null;
+}
+/**
+ * A job appeared or changed: its whole current record.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventJob".
+ */
+export interface EventJob {
   /**
-   * samples by GPU index
+   * job
    */
-  history: {
-    [k: string]: {}[];
+  type: 'job';
+  /**
+   * the change id; resume from it with ?since=
+   */
+  id: number;
+  job: JobRecord;
+}
+/**
+ * the job's current record
+ */
+export interface JobRecord {
+  /**
+   * the job's unique name
+   */
+  name: string;
+  /**
+   * the job's state
+   */
+  status: 'Pending' | 'Running' | 'Cancelling' | 'Succeeded' | 'Failed' | 'Cancelled';
+  /**
+   * why it is in its state, in plain words, or null
+   */
+  message: string | null;
+  /**
+   * a short CamelCase cause of the current status: the reason of the newest event that changed it (Submitted, Queued, Started, Restarting, Succeeded, Cancelled, NonZeroExit, DeadlineExceeded, SupervisorLost, DiskFull, ...), or null
+   */
+  reason: string | null;
+  /**
+   * the backend that runs it, e.g. local
+   */
+  backend: string;
+  /**
+   * the resolved image reference
+   */
+  image: string;
+  spec: SubmittedSpec;
+  /**
+   * Unix time it was submitted
+   */
+  created_at: number;
+  /**
+   * Unix time it started running, or null
+   */
+  started_at: number | null;
+  /**
+   * Unix time it ended, or null
+   */
+  finished_at: number | null;
+  /**
+   * seconds it has run (0 before it starts)
+   */
+  elapsed: number;
+  /**
+   * the current attempt, 1-based (retries add one)
+   */
+  attempt: number;
+  /**
+   * times it was started again after a failure: attempt - 1
+   */
+  restarts: number;
+  /**
+   * how many times a failed attempt is retried
+   */
+  max_retries: number;
+  /**
+   * price per worker-hour
+   */
+  price_per_hour: number;
+  /**
+   * estimated cost so far: price x hours x workers
+   */
+  cost: number;
+  /**
+   * workers requested
+   */
+  workers: number;
+  /**
+   * GPUs each worker has (the spec's gpus; a fraction shares one); null if not finite
+   */
+  gpus_per_worker: number | null;
+  /**
+   * GPUs in the whole job: gpus_per_worker x workers; null if not finite
+   */
+  gpus_total: number | null;
+  /**
+   * the host or node that runs rank 0, null until known
+   */
+  node: string | null;
+  /**
+   * backend-only state written by the job's backend (local: job_dir, runtime, supervisor_pid, gpu_alloc; pod names on Kubernetes)
+   */
+  details: {
+    [k: string]: unknown;
   };
-  alerts: {}[];
+  /**
+   * the workers of the current attempt
+   */
+  ranks: RankRecord[];
+  /**
+   * what happened to the job, oldest first
+   */
+  events: JobEvent[];
+}
+/**
+ * the submitted TrainSpec, credentials masked
+ */
+export interface SubmittedSpec {
+  /**
+   * the program and its arguments
+   */
+  command?: string[];
+  /**
+   * the job's name
+   */
+  name?: string | null;
+  /**
+   * the image as asked for (catalogue name or reference)
+   */
+  image?: string;
+  /**
+   * workers in the gang
+   */
+  workers?: number | null;
+  /**
+   * GPUs per worker (the request's name)
+   */
+  gpus?: number | null;
+  /**
+   * processes per worker
+   */
+  procs_per_worker?: number | null;
+  /**
+   * the instance spec
+   */
+  instance_spec?: string | null;
+  /**
+   * vCPUs per worker, or null
+   */
+  cpu?: number | null;
+  /**
+   * memory per worker, or null
+   */
+  memory?: string | null;
+  /**
+   * the distributed env contract
+   */
+  framework?: string | null;
+  /**
+   * data mounts SRC:DST:MODE, credentials masked
+   */
+  data?: string[];
+  /**
+   * outputs URL:DST:MODE, credentials masked
+   */
+  outputs?: string[];
+  /**
+   * environment, secret values masked
+   */
+  env?: {
+    [k: string]: string;
+  };
+  /**
+   * the ranks' working directory
+   */
+  working_dir?: string | null;
+  /**
+   * times a failed attempt is retried
+   */
+  max_retries?: number | null;
+  /**
+   * the deadline in seconds, or null
+   */
+  timeout?: number | null;
+  /**
+   * the priority class, or null
+   */
+  priority?: string | null;
+  /**
+   * the queue, or null
+   */
+  queue?: string | null;
+  /**
+   * the backend asked for, or null
+   */
+  backend?: string | null;
+  /**
+   * the runtime asked for (auto, process, container)
+   */
+  runtime?: string;
+  /**
+   * options for the backend (validated by it), e.g. runtime
+   */
+  backend_options?: {
+    [k: string]: unknown;
+  };
+}
+/**
+ * One worker (rank) of the job's current attempt: what every backend has, the
+ * backend's own state under ``details``.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "RankRecord".
+ */
+export interface RankRecord {
+  /**
+   * the worker's rank, 0-based
+   */
+  rank: number;
+  /**
+   * the rank's state within the current attempt
+   */
+  state: 'Pending' | 'Running' | 'Succeeded' | 'Failed' | 'Stopped';
+  /**
+   * the exit code once ended, else null
+   */
+  exit_code: number | null;
+  /**
+   * times this rank was started again (a gang restart restarts every rank)
+   */
+  restarts: number;
+  /**
+   * the host (or cluster node) it runs on, null until known
+   */
+  node: string | null;
+  /**
+   * Unix time it started, or null
+   */
+  started_at: number | null;
+  /**
+   * Unix time it ended, or null
+   */
+  finished_at: number | null;
+  /**
+   * the GPUs it was given, as its CUDA_VISIBLE_DEVICES string, or null
+   */
+  gpu_devices: string | null;
+  /**
+   * backend-only state (local: pid, ctime, container_id; a pod name on Kubernetes)
+   */
+  details: {
+    [k: string]: unknown;
+  };
 }
 /**
  * Something that happened to a job: submitted, started, restarted, failed, ...
@@ -167,6 +679,270 @@ export interface JobEvent {
   level: 'info' | 'warning' | 'error';
 }
 /**
+ * A job was deleted.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventJobDeleted".
+ */
+export interface EventJobDeleted {
+  /**
+   * job_deleted
+   */
+  type: 'job_deleted';
+  /**
+   * the change id; resume from it with ?since=
+   */
+  id: number;
+  /**
+   * the deleted job's name
+   */
+  name: string;
+}
+/**
+ * The client's since is older than the feed keeps (or unknown): re-list with GET jobs.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventReset".
+ */
+export interface EventReset {
+  /**
+   * reset
+   */
+  type: 'reset';
+  /**
+   * the newest change id: live changes after it follow
+   */
+  last_id: number;
+}
+/**
+ * A rank holding (a share of) a GPU.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuHolder".
+ */
+export interface GpuHolder {
+  /**
+   * the job's name
+   */
+  job: string;
+  /**
+   * the rank
+   */
+  rank: number;
+  /**
+   * the part of the GPU it holds (1 = whole)
+   */
+  share: number;
+}
+/**
+ * Whether GPU monitoring works here, and why not.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuMonitorState".
+ */
+export interface GpuMonitorState1 {
+  /**
+   * the monitor's state in one word, e.g. ok, unavailable
+   */
+  state: string;
+  /**
+   * why monitoring is off, in plain words (null when ok)
+   */
+  reason: string | null;
+}
+/**
+ * A GPU sample a job recorded, tied to its ranks where known.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuRecord".
+ */
+export interface GpuRecord {
+  /**
+   * the GPU's index on its host
+   */
+  index: number;
+  /**
+   * the GPU's UUID, or null when unknown
+   */
+  uuid: string | null;
+  /**
+   * the GPU's model name
+   */
+  name: string;
+  /**
+   * Unix time of the reading
+   */
+  time: number;
+  /**
+   * percent of the last period the GPU was busy
+   */
+  utilization: number | null;
+  /**
+   * GPU memory in use, bytes
+   */
+  memory_used: number | null;
+  /**
+   * GPU memory in all, bytes
+   */
+  memory_total: number | null;
+  /**
+   * degrees C
+   */
+  temperature: number | null;
+  /**
+   * power draw, W
+   */
+  power: number | null;
+  /**
+   * the enforced power limit, W
+   */
+  power_limit: number | null;
+  /**
+   * SM clock, MHz
+   */
+  sm_clock: number | null;
+  /**
+   * processes using it, or null
+   */
+  processes: GpuProcess[] | null;
+  /**
+   * volatile uncorrected ECC errors since the driver loaded
+   */
+  ecc_errors: number | null;
+  /**
+   * an XID error code seen since the previous reading
+   */
+  xid: number | null;
+  /**
+   * why the GPU stopped answering (e.g. fell off the bus)
+   */
+  error: string | null;
+  /**
+   * the rank(s) on that GPU
+   */
+  rank?: number | number[] | null;
+}
+/**
+ * The host's GPUs from the server's one sampler (GET /workbench/api/gpus).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuState".
+ */
+export interface GpuState {
+  /**
+   * the monitor's state; unavailable (with a reason) without a sampler
+   */
+  state:
+    | 'ok'
+    | 'no_library'
+    | 'no_driver'
+    | 'no_gpu'
+    | 'no_permission'
+    | 'disabled'
+    | 'error'
+    | 'unavailable';
+  /**
+   * why monitoring is off, in plain words, or null
+   */
+  reason: string | null;
+  /**
+   * the newest sample of each GPU
+   */
+  gpus: GpuSample[];
+  /**
+   * samples of the last seconds by GPU index, oldest first
+   */
+  history: {
+    [k: string]: GpuSample[];
+  };
+  /**
+   * alerts the monitor raises now
+   */
+  alerts: Alert[];
+}
+/**
+ * A named image of the catalogue.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "ImageInfo".
+ */
+export interface ImageInfo {
+  /**
+   * the name a spec's image takes, e.g. pytorch
+   */
+  name: string;
+  /**
+   * the env contract its jobs get
+   */
+  framework: 'pytorch' | 'tensorflow' | 'mpi' | 'plain';
+  /**
+   * what is in it
+   */
+  description: string;
+  /**
+   * the tag used when a spec names no tag
+   */
+  default_tag: string;
+  /**
+   * tag -> full image reference
+   */
+  tags: {
+    [k: string]: string;
+  };
+}
+/**
+ * GET /workbench/api/images.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "ImageList".
+ */
+export interface ImageList {
+  /**
+   * every image of the catalogue
+   */
+  images: ImageInfo[];
+}
+/**
+ * A priced machine shape for one worker.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "InstanceSpec".
+ */
+export interface InstanceSpec {
+  /**
+   * the name a spec's instance_spec takes, e.g. gpu.1x
+   */
+  name: string;
+  /**
+   * GPUs each worker gets (a fraction shares one)
+   */
+  gpus_per_worker: number;
+  /**
+   * the GPU model, or null
+   */
+  gpu_model: string | null;
+  /**
+   * GPU memory as a quantity, e.g. 80Gi, or null
+   */
+  gpu_memory: string | null;
+  /**
+   * vCPUs per worker
+   */
+  cpu: number;
+  /**
+   * memory per worker as a quantity, e.g. 64Gi
+   */
+  memory: string;
+  /**
+   * price per worker-hour
+   */
+  price_per_hour: number;
+  /**
+   * whether the GPU is shared with other jobs
+   */
+  shared: boolean;
+}
+/**
  * One page of jobs, newest first.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
@@ -176,7 +952,7 @@ export interface JobPage {
   /**
    * the jobs on this page
    */
-  jobs: JobRecord[];
+  jobs: JobRecord1[];
   /**
    * jobs matching the filter, all pages
    */
@@ -191,12 +967,13 @@ export interface JobPage {
   limit: number;
 }
 /**
- * The one wire model (JobRecord.to_dict(), mirrored by labextension/src/models.ts).
+ * The one wire model (JobRecord.to_dict()): what every backend has at the top level,
+ * the backend's own state under ``details``.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
  * via the `definition` "JobRecord".
  */
-export interface JobRecord {
+export interface JobRecord1 {
   /**
    * the job's unique name
    */
@@ -204,25 +981,24 @@ export interface JobRecord {
   /**
    * the job's state
    */
-  status: 'Pending' | 'Running' | 'Succeeded' | 'Failed' | 'Cancelled';
+  status: 'Pending' | 'Running' | 'Cancelling' | 'Succeeded' | 'Failed' | 'Cancelled';
+  /**
+   * why it is in its state, in plain words, or null
+   */
+  message: string | null;
+  /**
+   * a short CamelCase cause of the current status: the reason of the newest event that changed it (Submitted, Queued, Started, Restarting, Succeeded, Cancelled, NonZeroExit, DeadlineExceeded, SupervisorLost, DiskFull, ...), or null
+   */
+  reason: string | null;
   /**
    * the backend that runs it, e.g. local
    */
   backend: string;
   /**
-   * how the backend runs ranks, e.g. process or container
-   */
-  runtime: string;
-  /**
    * the resolved image reference
    */
   image: string;
-  /**
-   * the submitted spec with secret env values redacted
-   */
-  spec: {
-    [k: string]: unknown;
-  };
+  spec: SubmittedSpec;
   /**
    * Unix time it was submitted
    */
@@ -244,13 +1020,13 @@ export interface JobRecord {
    */
   attempt: number;
   /**
+   * times it was started again after a failure: attempt - 1
+   */
+  restarts: number;
+  /**
    * how many times a failed attempt is retried
    */
   max_retries: number;
-  /**
-   * why it is in its state (empty when nothing to say)
-   */
-  message: string;
   /**
    * price per worker-hour
    */
@@ -264,15 +1040,19 @@ export interface JobRecord {
    */
   workers: number;
   /**
-   * GPUs in the job (GPUs per worker x workers); null if not finite
+   * GPUs each worker has (the spec's gpus; a fraction shares one); null if not finite
    */
-  gpus: number | null;
+  gpus_per_worker: number | null;
   /**
-   * the local job folder, or null (local backend only)
+   * GPUs in the whole job: gpus_per_worker x workers; null if not finite
    */
-  job_dir: string | null;
+  gpus_total: number | null;
   /**
-   * backend-only state written by the job's backend
+   * the host or node that runs rank 0, null until known
+   */
+  node: string | null;
+  /**
+   * backend-only state written by the job's backend (local: job_dir, runtime, supervisor_pid, gpu_alloc; pod names on Kubernetes)
    */
   details: {
     [k: string]: unknown;
@@ -287,103 +1067,535 @@ export interface JobRecord {
   events: JobEvent[];
 }
 /**
- * One worker (rank) of the job's current attempt.
+ * A job's reported metrics, oldest first (JobManager.metrics).
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "RankRecord".
+ * via the `definition` "Metrics".
  */
-export interface RankRecord {
+export interface Metrics {
+  /**
+   * training scalars from workbench.run.log()
+   */
+  scalars: ScalarRecord[];
+  /**
+   * GPU samples of the job's GPUs
+   */
+  gpu: GpuRecord[];
+  /**
+   * where this answer ended: pass it as since= to get only newer records
+   */
+  cursor: string;
+}
+/**
+ * One workbench.run.log() record; every other key is a scalar the script named.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "ScalarRecord".
+ */
+export interface ScalarRecord {
+  /**
+   * Unix time it was logged
+   */
+  time: number;
+  /**
+   * the rank that logged it
+   */
+  rank: number;
+  /**
+   * the step, or null
+   */
+  step: number | string | null;
+  /**
+   * the steps in all, or null
+   */
+  total: number | string | null;
+  [k: string]: number | string | boolean | null;
+}
+/**
+ * A data or outputs mount as an object (the string form SRC:DST[:ro|rw] says the same).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Mount".
+ */
+export interface Mount {
+  /**
+   * a local path or an fsspec URL (s3://, oss://, ...)
+   */
+  src: string;
+  /**
+   * where the ranks see it (relative: under working_dir)
+   */
+  dst: string;
+  /**
+   * read-only or read-write
+   */
+  mode?: 'ro' | 'rw';
+}
+/**
+ * One GPU of a node, its allocation and live figures.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "NodeGpu".
+ */
+export interface NodeGpu {
+  /**
+   * the GPU's index on the node
+   */
+  index: number;
+  /**
+   * the GPU's UUID, or null when unknown
+   */
+  uuid: string | null;
+  /**
+   * the GPU's model name
+   */
+  name: string;
+  /**
+   * GPU memory, bytes
+   */
+  memory_total: number | null;
+  /**
+   * GPUs' worth held by jobs (shares add up)
+   */
+  allocated: number;
+  /**
+   * the ranks holding it
+   */
+  holders: GpuHolder[];
+  /**
+   * live busy percent, or null
+   */
+  utilization: number | null;
+  /**
+   * live memory in use, bytes, or null
+   */
+  memory_used: number | null;
+  /**
+   * live degrees C, or null
+   */
+  temperature: number | null;
+}
+/**
+ * A host (or cluster node), its GPUs and which jobs hold them (Backend.nodes()).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "NodeInfo".
+ */
+export interface NodeInfo {
+  /**
+   * the host or node name
+   */
+  name: string;
+  /**
+   * the backend that reports it
+   */
+  backend: string;
+  /**
+   * vCPUs
+   */
+  cpu_count: number | null;
+  /**
+   * memory, bytes, or null when unknown
+   */
+  memory_total: number | null;
+  /**
+   * its GPUs (empty when none; gpu_reason says why)
+   */
+  gpus: NodeGpu[];
+  /**
+   * why it has no usable GPUs, or null
+   */
+  gpu_reason: string | null;
+  /**
+   * jobs pending or running there
+   */
+  active_jobs: NodeJob[];
+  /**
+   * node labels (cluster backends), else empty
+   */
+  labels: {
+    [k: string]: string;
+  };
+}
+/**
+ * An active job on a node.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "NodeJob".
+ */
+export interface NodeJob {
+  /**
+   * the job's name
+   */
+  name: string;
+  /**
+   * its status
+   */
+  status: string;
+  /**
+   * GPUs in the whole job (gpus_per_worker x workers)
+   */
+  gpus_total: number;
+}
+/**
+ * GET /workbench/api/nodes.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "NodeList".
+ */
+export interface NodeList {
+  /**
+   * the backend's hosts or nodes
+   */
+  nodes: NodeInfo[];
+}
+/**
+ * Where one rank of a planned job would run.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Placement".
+ */
+export interface Placement {
   /**
    * the worker's rank, 0-based
    */
   rank: number;
   /**
-   * the rank's state within the current attempt
+   * the host or node it would run on; null: decided at launch
    */
-  state: 'Pending' | 'Running' | 'Succeeded' | 'Failed' | 'Stopped';
+  node: string | null;
   /**
-   * the process ID (local backend), null before it starts
+   * the GPUs it would get (CUDA_VISIBLE_DEVICES); null: none or not yet
    */
-  pid: number | null;
+  gpu_devices: string | null;
+}
+/**
+ * What a backend would do with a spec (Backend.admit): POST jobs?dry_run=true, `submit
+ * --dry-run`. Nothing secret is in it: mount credentials masked, env by name only.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "Plan".
+ */
+export interface Plan {
   /**
-   * the exit code once ended, else null
+   * the backend that admitted the spec
    */
-  exit_code: number | null;
+  backend: string;
   /**
-   * Unix time it started, or null
+   * the job's name (generated when the spec gave none)
    */
-  started_at: number | null;
+  name: string;
   /**
-   * Unix time it ended, or null
+   * how ranks would run, e.g. process, container, pod
    */
-  finished_at: number | null;
+  runtime: string;
   /**
-   * the GPUs it was given (CUDA_VISIBLE_DEVICES), or null
+   * the resolved image reference
    */
-  gpus: string | null;
+  image: string;
   /**
-   * backend-only state (local: pid, ctime; a pod name)
+   * workers (nodes)
    */
-  details: {
+  workers: number;
+  /**
+   * processes per worker
+   */
+  procs_per_worker: number;
+  /**
+   * GPUs per worker (a fraction shares one)
+   */
+  gpus_per_worker: number;
+  /**
+   * where each rank would run, rank order
+   */
+  placement: Placement[];
+  /**
+   * data and output mounts
+   */
+  mounts: PlanMount[];
+  /**
+   * names of the env variables set (values never shown)
+   */
+  env_names: string[];
+  /**
+   * price per worker-hour
+   */
+  price_per_hour: number;
+  /**
+   * what the user should know (queued for GPUs, no engine)
+   */
+  warnings: string[];
+  /**
+   * the objects a cluster backend would create (empty locally)
+   */
+  manifests: {
+    [k: string]: unknown;
+  }[];
+}
+/**
+ * A data or output mount of a planned job.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "PlanMount".
+ */
+export interface PlanMount {
+  /**
+   * the URL or path, credentials masked
+   */
+  source: string;
+  /**
+   * where the job sees it
+   */
+  target: string;
+  /**
+   * read-only, or read-write (outputs)
+   */
+  mode: 'ro' | 'rw';
+}
+/**
+ * The optional body of POST /workbench/api/jobs/{name}/rerun.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "RerunRequest".
+ */
+export interface RerunRequest {
+  /**
+   * the new job's name (default NAME-rN)
+   */
+  name?: string;
+}
+/**
+ * GET /workbench/api/specs.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "SpecList".
+ */
+export interface SpecList {
+  /**
+   * every instance spec of the catalogue
+   */
+  specs: InstanceSpec[];
+}
+/**
+ * The TrainSpec a job was submitted with, as stored: every default filled in, aliases
+ * resolved, mounts as SRC:DST:MODE text, credentials masked. Every key is optional and a
+ * number may be null: a record an older version stored may lack one or hold NaN.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "SubmittedSpec".
+ */
+export interface SubmittedSpec1 {
+  /**
+   * the program and its arguments
+   */
+  command?: string[];
+  /**
+   * the job's name
+   */
+  name?: string | null;
+  /**
+   * the image as asked for (catalogue name or reference)
+   */
+  image?: string;
+  /**
+   * workers in the gang
+   */
+  workers?: number | null;
+  /**
+   * GPUs per worker (the request's name)
+   */
+  gpus?: number | null;
+  /**
+   * processes per worker
+   */
+  procs_per_worker?: number | null;
+  /**
+   * the instance spec
+   */
+  instance_spec?: string | null;
+  /**
+   * vCPUs per worker, or null
+   */
+  cpu?: number | null;
+  /**
+   * memory per worker, or null
+   */
+  memory?: string | null;
+  /**
+   * the distributed env contract
+   */
+  framework?: string | null;
+  /**
+   * data mounts SRC:DST:MODE, credentials masked
+   */
+  data?: string[];
+  /**
+   * outputs URL:DST:MODE, credentials masked
+   */
+  outputs?: string[];
+  /**
+   * environment, secret values masked
+   */
+  env?: {
+    [k: string]: string;
+  };
+  /**
+   * the ranks' working directory
+   */
+  working_dir?: string | null;
+  /**
+   * times a failed attempt is retried
+   */
+  max_retries?: number | null;
+  /**
+   * the deadline in seconds, or null
+   */
+  timeout?: number | null;
+  /**
+   * the priority class, or null
+   */
+  priority?: string | null;
+  /**
+   * the queue, or null
+   */
+  queue?: string | null;
+  /**
+   * the backend asked for, or null
+   */
+  backend?: string | null;
+  /**
+   * the runtime asked for (auto, process, container)
+   */
+  runtime?: string;
+  /**
+   * options for the backend (validated by it), e.g. runtime
+   */
+  backend_options?: {
     [k: string]: unknown;
   };
 }
 /**
- * A training job request; unknown fields are rejected with 400.
+ * A training job request (POST /workbench/api/jobs). Field names follow Kubeflow where
+ * they overlap; an unknown field is refused with 400 naming it.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
  * via the `definition` "TrainSpec".
  */
 export interface TrainSpec {
   /**
-   * the program and its arguments (a string is split like a shell would)
+   * the program and its arguments; a string is split as a shell would
    */
   command: [string, ...string[]] | string;
   /**
-   * DNS-1123 name, at most 50 characters
+   * the job's name: DNS-1123, at most 50 characters (default: generated)
    */
   name?: string | null;
   /**
-   * catalogue name (pytorch, pytorch:2.13) or full reference
+   * a catalogue name[:tag] (GET images) or a full image reference
    */
   image?: string;
+  /**
+   * workers (nodes) in the gang
+   */
   workers?: number;
   /**
-   * GPUs per worker (fractions share a GPU)
+   * GPUs per worker (Arena's --gpus): 0 for CPU only, a fraction below 1 shares one GPU, above 1 whole GPUs; at most what instance_spec offers
    */
   gpus?: number;
+  /**
+   * the same as gpus, by the name a JobRecord uses (not both)
+   */
+  gpus_per_worker?: number;
+  /**
+   * processes per worker (torchrun's nproc_per_node; default: one per whole GPU, else 1)
+   */
   procs_per_worker?: number | null;
   /**
-   * a name from GET specs
+   * alias of procs_per_worker
+   */
+  nproc_per_node?: number | null;
+  /**
+   * alias of procs_per_worker (Kubeflow)
+   */
+  nprocPerNode?: number | null;
+  /**
+   * an instance spec from GET specs (default: the cheapest that fits gpus)
    */
   instance_spec?: string | null;
+  /**
+   * alias of instance_spec (Arena)
+   */
+  spec?: string | null;
+  /**
+   * vCPUs per worker
+   */
   cpu?: number | null;
+  /**
+   * memory per worker as a quantity, e.g. 16Gi or 512Mi
+   */
   memory?: string | null;
-  framework?: 'pytorch' | 'tensorflow' | 'mpi' | 'plain' | null;
   /**
-   * SRC:DST[:ro|rw] mounts
+   * the distributed env contract (default: the image's)
    */
-  data?: string[];
+  framework?: ('pytorch' | 'tensorflow' | 'mpi' | 'plain') | null;
   /**
-   * URL:DST written back at the end
+   * data mounts SRC:DST[:ro|rw], e.g. s3://bucket/imagenet:/data
    */
-  outputs?: string[];
+  data?: (string | Mount)[] | null;
+  /**
+   * outputs URL:DST, written back when the job ends
+   */
+  outputs?: (string | Mount)[] | null;
+  /**
+   * environment NAME: value for every rank (numbers and booleans become text; names workbench sets, e.g. RANK, are refused)
+   */
   env?: {
-    [k: string]: string;
-  };
+    [k: string]: string | number | boolean;
+  } | null;
   /**
-   * relative to the Jupyter root_dir
+   * the ranks' working directory, relative to the Jupyter root_dir (default: it)
    */
   working_dir?: string | null;
+  /**
+   * alias of working_dir
+   */
+  workdir?: string | null;
+  /**
+   * alias of working_dir (Kubeflow)
+   */
+  workingDir?: string | null;
+  /**
+   * times a failed attempt is retried
+   */
   max_retries?: number;
   /**
-   * seconds or a duration like 1h30m
+   * alias of max_retries (Arena)
+   */
+  retry?: number;
+  /**
+   * the job's deadline: seconds, or a duration such as 30m, 2h, 1h30m
    */
   timeout?: number | string | null;
+  /**
+   * a priority class name
+   */
   priority?: string | null;
+  /**
+   * a queue name (cluster backends)
+   */
   queue?: string | null;
   /**
-   * e.g. local
+   * a backend from GET backends (default: the server's)
    */
   backend?: string | null;
+  /**
+   * how the local backend runs workers: auto (containers when an engine answers), process or container
+   */
+  runtime?: 'auto' | 'process' | 'container';
+  /**
+   * backend-specific options, checked by that backend (GET backends lists them): local takes runtime=process|container
+   */
+  backend_options?: {
+    [k: string]: unknown;
+  };
 }
