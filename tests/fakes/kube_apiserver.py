@@ -460,6 +460,14 @@ class _Handler(BaseHTTPRequestHandler):
                 if more:
                     self._chunk(more)
                     offset += len(more)
+                    with state.lock:
+                        drop, state.faults.log_drops = (
+                            state.faults.log_drops > 0,
+                            max(0, state.faults.log_drops - 1),
+                        )
+                    if drop:  # a dropped link mid-follow (test hook)
+                        self._drop()
+                        return
                 elif closed:
                     break
             self._end_stream()

@@ -1,0 +1,501 @@
+"""Pod logs for the Kubernetes backend: one rank or every rank, read or followed live, and
+copied into the job's folder when the job ends so logs and charts outlive the pods.
+
+Lines come from the official client's ``read_namespaced_pod_log`` (streamed with
+``_preload_content=False``, so a long log never sits in memory) and are cut into displayed
+lines the way local logs are (``_logread.LineAssembler``: ``\\r`` progress bars, 64 KiB
+cap). Metric records framed in the output (``monitor.stream``) are never shown: they go to
+an ``on_record`` callback, and the copier writes them to the job's metric files.
+
+A followed stream that ends while its pod still runs (an API server restart, a dropped
+connection, a proxy's idle timeout) is re-opened and the lines already given are skipped,
+so nothing is lost or repeated; only a pod that ended (or is gone) ends the stream.
+Re-opening re-reads the log from its start (the log API has no byte offset; ``sinceTime``
+has one-second resolution), which is the price of exactness on a rare path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import urllib3
+from kubernetes.client.rest import ApiException
+
+from ...monitor.metrics import metrics_dir
+from ...monitor.stream import filter_metric_lines, split_metric_lines
+from .._jobfiles import JobFiles
+from .._logread import LineAssembler, read_logs
+from ..base import rank_prefixed
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+CHUNK = 64 * 1024
+QUEUE_LINES = 1024  # merged follow: lines waiting for the reader, per job (bounded memory)
+COPIED_MARK = ".copied-rank-{rank}"  # in JOB_DIR/logs: this rank's copy is complete
+
+OnRecord = Callable[[dict[str, Any]], None]
+
+
+def _drop(_: dict[str, Any]) -> None:
+    return None
+
+
+# ---- one pod ---------------------------------------------------------------------------------
+def _open(core_api: Any, namespace: str, pod: str, container: str | None, *, follow: bool,
+          tail: int | None, read_timeout: float | None) -> Any:  # fmt: skip
+    kwargs: dict[str, Any] = {"follow": follow, "_preload_content": False}
+    if container:
+        kwargs["container"] = container
+    if tail is not None:
+        kwargs["tail_lines"] = tail
+    if read_timeout is not None:  # a followed log may rightly be silent for hours
+        kwargs["_request_timeout"] = (10.0, read_timeout)
+    return core_api.read_namespaced_pod_log(pod, namespace, **kwargs)
+
+
+def _chunks(resp: Any) -> Iterator[bytes]:
+    """The body as it arrives: each chunk of a followed (chunked) stream at once, a plain
+    body in CHUNK-sized reads (a fixed size would wait for a chunked stream to fill it)."""
+    yield from resp.stream(None if getattr(resp, "chunked", False) else CHUNK,
+                           decode_content=False)  # fmt: skip
+
+
+def _release(resp: Any) -> None:
+    with contextlib.suppress(Exception):
+        resp.release_conn()
+
+
+def _shut(resp: Any) -> None:
+    """Unblock a read waiting on ``resp`` (the reader was told to stop)."""
+    sock = getattr(getattr(resp, "connection", None), "sock", None)
+    with contextlib.suppress(OSError, AttributeError):
+        if sock is not None:
+            sock.shutdown(2)
+
+
+def pod_phase(core_api: Any, namespace: str, pod: str) -> str | None:
+    """The pod's phase, or None when it is gone."""
+    try:
+        obj = core_api.read_namespaced_pod(pod, namespace, _preload_content=False)
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+    phase: str = (json.loads(obj.data).get("status") or {}).get("phase") or "Pending"
+    return phase
+
+
+def _read_lines(resp: Any, stop: threading.Event) -> Iterator[str]:
+    """Displayed lines of a whole (not followed) log response, the last one included."""
+    asm = LineAssembler()
+    try:
+        for chunk in _chunks(resp):
+            if stop.is_set():
+                return
+            yield from asm.feed(chunk)
+        last = asm.flush()
+        if last is not None:
+            yield last
+    finally:
+        _release(resp)
+
+
+def pod_lines(
+    core_api: Any,
+    namespace: str,
+    pod: str,
+    follow: bool = False,
+    tail: int | None = None,
+    stop: threading.Event | None = None,
+    *,
+    on_record: OnRecord | None = None,
+    container: str | None = None,
+    retry_wait: float = 0.5,
+) -> Iterator[str]:
+    """Displayed lines (no newline) of one pod's log; metric records go to ``on_record``.
+
+    Without ``follow``: the log as it is (its last ``tail`` lines). With ``follow``: then
+    every new line until the pod ends, is deleted, or ``stop`` is set (a blocked read is
+    woken at once). A 404 ends the stream; other API errors are raised.
+    """
+    stop = stop or threading.Event()
+    lines = _pod_lines(core_api, namespace, pod, follow, tail, stop, container, retry_wait)
+    return filter_metric_lines(lines, on_record or _drop)
+
+
+def _pod_lines(core_api: Any, namespace: str, pod: str, follow: bool, tail: int | None,
+               stop: threading.Event, container: str | None, retry_wait: float) -> Iterator[str]:  # fmt: skip
+    if not follow:
+        try:
+            resp = _open(core_api, namespace, pod, container, follow=False, tail=tail,
+                         read_timeout=60.0)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        yield from _read_lines(resp, stop)
+        return
+    given = 0  # complete lines of the whole log already yielded
+    if tail is not None:
+        # The tail, and where it ends in the whole log (re-opening skips by line count).
+        last: deque[str] = deque(maxlen=max(tail, 0))
+        try:
+            resp = _open(core_api, namespace, pod, container, follow=False, tail=None,
+                         read_timeout=60.0)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        asm = LineAssembler()
+        try:
+            for chunk in _chunks(resp):
+                for line in asm.feed(chunk):
+                    given += 1
+                    last.append(line)
+        finally:
+            _release(resp)
+        yield from last
+    yield from _follow(core_api, namespace, pod, container, given, stop, retry_wait)
+
+
+def _follow(core_api: Any, namespace: str, pod: str, container: str | None, given: int,
+            stop: threading.Event, retry_wait: float) -> Iterator[str]:  # fmt: skip
+    current: list[Any] = [None]
+    done = threading.Event()
+
+    def waker() -> None:  # a silent pod leaves the reader blocked in recv(): wake it on stop
+        while not stop.wait(0.2):
+            if done.is_set():
+                return
+        resp = current[0]
+        if resp is not None:
+            _shut(resp)
+
+    threading.Thread(target=waker, name=f"log-stop-{pod}", daemon=True).start()
+    idle = 0  # re-opens in a row that brought no new line: back off
+    try:
+        while not stop.is_set():
+            asm, seen, dropped, before = LineAssembler(), 0, False, given
+            try:
+                resp = _open(core_api, namespace, pod, container, follow=True, tail=None,
+                             read_timeout=None)  # fmt: skip
+            except ApiException as e:
+                if e.status == 404:
+                    return
+                if e.status != 400:  # 400: the container is still waiting to start
+                    raise
+                resp = None
+            if resp is not None:
+                current[0] = resp
+                try:
+                    for chunk in _chunks(resp):
+                        for line in asm.feed(chunk):
+                            seen += 1
+                            if seen > given:
+                                given = seen
+                                yield line
+                        if stop.is_set():
+                            return
+                except (urllib3.exceptions.HTTPError, OSError):
+                    dropped = True  # re-open below, unless the pod is done
+                finally:
+                    current[0] = None
+                    _release(resp)
+            if stop.is_set():
+                return
+            phase = pod_phase(core_api, namespace, pod)
+            if phase is None or phase in TERMINAL_PHASES:
+                # The container has exited, so its log is complete. A stream that ended
+                # cleanly held all of it (the server ends a follow when the container
+                # exits); otherwise catch up on what the lost connection missed.
+                if resp is None or dropped:
+                    yield from _rest(core_api, namespace, pod, container, given, stop)
+                else:
+                    last = asm.flush()
+                    if last is not None:
+                        yield last
+                return
+            idle = 0 if given > before else idle + 1
+            if idle:
+                stop.wait(min(5.0, retry_wait * 2 ** min(idle - 1, 4)))
+    finally:
+        done.set()
+
+
+def _rest(core_api: Any, namespace: str, pod: str, container: str | None, given: int,
+          stop: threading.Event) -> Iterator[str]:  # fmt: skip
+    """Lines of an ended pod's whole log after the first ``given``."""
+    try:
+        resp = _open(core_api, namespace, pod, container, follow=False, tail=None,
+                     read_timeout=60.0)  # fmt: skip
+    except ApiException as e:
+        if e.status in (400, 404):
+            return
+        raise
+    for i, line in enumerate(_read_lines(resp, stop), start=1):
+        if i > given:
+            yield line
+
+
+# ---- ranks -----------------------------------------------------------------------------------
+def rank_logs(
+    core_api: Any,
+    namespace: str,
+    pods_by_rank: Callable[[], dict[int, str]],
+    rank: int | None = 0,
+    follow: bool = False,
+    tail: int | None = None,
+    stop: threading.Event | None = None,
+    *,
+    on_record: Callable[[int, dict[str, Any]], None] | None = None,
+    container: str | None = None,
+    finished: Callable[[], bool] | None = None,
+    poll: float = 0.5,
+    world: int | None = None,
+) -> Iterator[str]:
+    """One rank's lines, or every rank's (``rank=None``) merged, each ``rank_prefixed``.
+
+    ``pods_by_rank()`` names each rank's current pod; ``world`` (ranks 0..world-1) lets
+    every-rank follow start before the pods exist. Following one rank waits for its
+    pod to appear (until ``finished()`` or ``stop``), and moves on to a new pod for the rank
+    (a retry) when the one it followed ends. Every rank: one reader thread per rank feeds
+    a bounded queue, so a slow consumer holds the readers back instead of growing memory.
+    """
+    stop = stop or threading.Event()
+    if rank is not None:
+        record = _for_rank(on_record, rank)
+        yield from _one_rank(core_api, namespace, pods_by_rank, rank, follow, tail, stop,
+                             record, container, finished, poll)  # fmt: skip
+        return
+    pods = pods_by_rank()
+    ranks = list(range(world)) if world is not None else sorted(pods)
+    if not follow:
+        for r in ranks:
+            if r not in pods:
+                continue
+            for line in pod_lines(core_api, namespace, pods[r], False, tail, stop,
+                                  on_record=_for_rank(on_record, r), container=container):  # fmt: skip
+                yield rank_prefixed(r, line)
+        return
+    inner = threading.Event()  # ends the readers when the consumer stops or goes away
+    q: queue.Queue[tuple[int, str | None]] = queue.Queue(maxsize=QUEUE_LINES)
+
+    def reader(r: int) -> None:
+        try:
+            for line in _one_rank(core_api, namespace, pods_by_rank, r, True, tail, inner,
+                                  _for_rank(on_record, r), container, finished, poll):  # fmt: skip
+                while not inner.is_set():
+                    try:
+                        q.put((r, line), timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+        except Exception as e:  # one rank's failure must not end the others' stream
+            _put_end(q, inner, (r, f"[workbench] log of rank {r} ended: {type(e).__name__}: {e}"))
+        finally:
+            _put_end(q, inner, (r, None))
+
+    threads = [threading.Thread(target=reader, args=(r,), name=f"log-rank-{r}", daemon=True)
+               for r in ranks]  # fmt: skip
+    for t in threads:
+        t.start()
+    open_ranks = len(threads)
+    try:
+        while open_ranks and not stop.is_set():
+            try:
+                r, item = q.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is None:
+                open_ranks -= 1
+            else:
+                yield rank_prefixed(r, item)
+    finally:
+        inner.set()
+
+
+def _put_end(q: queue.Queue[tuple[int, str | None]], inner: threading.Event,
+             item: tuple[int, str | None]) -> None:  # fmt: skip
+    while not inner.is_set():
+        try:
+            q.put(item, timeout=0.2)
+            return
+        except queue.Full:
+            continue
+
+
+def _for_rank(on_record: Callable[[int, dict[str, Any]], None] | None, rank: int) -> OnRecord:
+    if on_record is None:
+        return _drop
+    return lambda record: on_record(rank, record)
+
+
+def _one_rank(core_api: Any, namespace: str, pods_by_rank: Callable[[], dict[int, str]],
+              rank: int, follow: bool, tail: int | None, stop: threading.Event,
+              on_record: OnRecord, container: str | None,
+              finished: Callable[[], bool] | None, poll: float) -> Iterator[str]:  # fmt: skip
+    pod = pods_by_rank().get(rank)
+    if not follow:
+        if pod is not None:
+            yield from pod_lines(core_api, namespace, pod, False, tail, stop,
+                                 on_record=on_record, container=container)  # fmt: skip
+        return
+    done: set[str] = set()
+    while not stop.is_set():
+        if pod is None or pod in done:
+            if finished is None or finished():
+                return
+            stop.wait(poll)
+            pod = pods_by_rank().get(rank)
+            continue
+        yield from pod_lines(core_api, namespace, pod, True, tail, stop,
+                             on_record=on_record, container=container)  # fmt: skip
+        done.add(pod)
+        tail = None  # a retry's pod is shown whole
+        pod = pods_by_rank().get(rank)
+
+
+# ---- copies in the job folder ----------------------------------------------------------------
+def write_metric_records(job_dir: Path, rank: int, records: list[dict[str, Any]]) -> None:
+    """Append one rank's metric records to the job's metric files, as local jobs keep them.
+
+    The one place this module writes metrics (routing as the local copier does: scalars,
+    GPU samples, the agent's other records), so it can become a single call into the
+    metrics module's sink.
+    """
+    if not records:
+        return
+    out: dict[str, list[str]] = {}
+    for record in records:
+        r = record.get("rank")
+        r = r if isinstance(r, int) and not isinstance(r, bool) else rank
+        kind = record.get("kind")
+        if kind == "scalars":
+            body = {k: v for k, v in record.items() if k != "kind"}
+            out.setdefault(f"scalars-rank{r}.jsonl", []).append(_jsonl(body))
+        elif kind == "gpu" and isinstance(record.get("samples"), list):
+            for s in record["samples"]:
+                if isinstance(s, dict):
+                    out.setdefault("gpu.jsonl", []).append(
+                        _jsonl({"time": record.get("time"), **s, "rank": r})
+                    )
+        else:
+            out.setdefault(f"agent-rank{r}.jsonl", []).append(_jsonl(record))
+    folder = metrics_dir(job_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, lines in out.items():
+        with open(folder / name, "a") as f:  # one write per file: no torn line between
+            f.write("".join(lines))
+
+
+def _jsonl(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+
+
+class LogCopier:
+    """Copies each rank's whole log into JOB_DIR/logs/rank-N.log when the job ends (the
+    layout local jobs use), with metric records split off into JOB_DIR/metrics/."""
+
+    def __init__(self, core_api: Any, namespace: str, job_dir: Path,
+                 container: str | None = None) -> None:  # fmt: skip
+        self.core_api = core_api
+        self.namespace = namespace
+        self.files = JobFiles(Path(job_dir))
+        self.container = container
+
+    def copied(self, rank: int) -> bool:
+        """True once rank ``rank``'s log is copied whole."""
+        return (self.files.logs / COPIED_MARK.format(rank=rank)).exists()
+
+    def copied_ranks(self) -> list[int]:
+        """Ranks whose copies are complete."""
+        if not self.files.logs.is_dir():
+            return []
+        return sorted(int(p.name.rsplit("-", 1)[1]) for p in self.files.logs.glob(".copied-rank-*"))
+
+    def copy(self, pods_by_rank: dict[int, str]) -> dict[int, int]:
+        """Copy every rank not copied yet; returns {rank: bytes of user output}.
+
+        A rank is marked done only after its log file is in place, so a copy cut short is
+        redone; a pod already gone is skipped (nothing is left to copy)."""
+        self.files.logs.mkdir(parents=True, exist_ok=True)
+        sizes: dict[int, int] = {}
+        for rank, pod in sorted(pods_by_rank.items()):
+            if self.copied(rank):
+                continue
+            size = self._copy_rank(rank, pod)
+            if size is not None:
+                sizes[rank] = size
+        return sizes
+
+    def _copy_rank(self, rank: int, pod: str) -> int | None:
+        try:
+            resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
+                         tail=None, read_timeout=120.0)  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        final = self.files.log_path(rank)
+        part = final.with_name(final.name + ".part")
+        records: list[dict[str, Any]] = []
+        size = 0
+        pending = b""
+        try:
+            with open(part, "wb") as f:
+                for chunk in _chunks(resp):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    size += _split_into(f, [x + b"\n" for x in lines], records)
+                    if len(pending) > 1 << 20:  # a huge line is no record: pass it on
+                        size += _split_into(f, [pending], records)
+                        pending = b""
+                size += _split_into(f, [pending] if pending else [], records)
+        finally:
+            _release(resp)
+        write_metric_records(self.files.dir, rank, records)
+        os.replace(part, final)
+        (self.files.logs / COPIED_MARK.format(rank=rank)).touch()
+        return size
+
+
+def _split_into(f: Any, lines: list[bytes], records: list[dict[str, Any]]) -> int:
+    """Write the user lines of ``lines`` to ``f`` byte for byte; collect the records."""
+    if not lines:
+        return 0
+    # surrogateescape: bytes that are not UTF-8 come back unchanged when re-encoded
+    text = [x.decode("utf-8", "surrogateescape") for x in lines]
+    user, found = split_metric_lines(text)
+    records.extend(found)
+    data = "".join(user).encode("utf-8", "surrogateescape")
+    f.write(data)
+    return len(data)
+
+
+def job_logs(
+    core_api: Any,
+    namespace: str,
+    job_dir: Path,
+    pods_by_rank: Callable[[], dict[int, str]],
+    rank: int | None = 0,
+    follow: bool = False,
+    tail: int | None = None,
+    stop: threading.Event | None = None,
+    **kwargs: Any,
+) -> Iterator[str]:
+    """``Backend.logs`` for a Kubernetes job: the copies in the job folder where they are
+    complete (the job ended; its pods may be gone), else the pods' logs."""
+    copier = LogCopier(core_api, namespace, job_dir)
+    copied = copier.copied_ranks()
+    if copied and (rank is None or rank in copied):
+        wanted = copied if rank is None else [rank]
+        paths = [(r, copier.files.log_path(r)) for r in wanted]
+        yield from read_logs(paths, False, tail, lambda: True, stop, prefix=rank is None)
+        return
+    yield from rank_logs(core_api, namespace, pods_by_rank, rank, follow, tail, stop, **kwargs)
