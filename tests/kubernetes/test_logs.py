@@ -98,14 +98,16 @@ def test_follow_resumes_a_dropped_stream_without_loss_or_repeats(
     kube_fake.state.append_log(NS, "demo-0", "a\nb\n", container="main")
     got = Collector(pod_lines(v1, NS, "demo-0", follow=True, retry_wait=0.05))
     got.wait_for(lambda lines: lines == ["a", "b"])
-    kube_fake.state.faults.log_drops = 2  # the next two chunks each cut their connection
+    # Cut mid-line, then cut again right after the re-opened stream's backlog.
+    kube_fake.state.faults.log_drops = 2
     kube_fake.state.append_log(NS, "demo-0", "c\npart", container="main")
-    wait_until(lambda: kube_fake.state.faults.log_drops == 1)
-    kube_fake.state.append_log(NS, "demo-0", "ial\nd\n", container="main")
     wait_until(lambda: kube_fake.state.faults.log_drops == 0)
+    kube_fake.state.append_log(NS, "demo-0", "ial\nd\n", container="main")
     kube_fake.state.append_log(NS, "demo-0", "e\n", container="main")
     got.wait_for(lambda lines: "e" in lines)
     kube_fake.set_pod_phase(NS, "demo-0", "Succeeded")
+    follows = [p for m, p in kube_fake.state.requests if "/log" in p and "follow=true" in p]
+    assert len(follows) >= 3  # two drops, two re-opens
     assert got.finish() == ["a", "b", "c", "partial", "d", "e"]
 
 
@@ -141,14 +143,37 @@ def test_tail_counts_lines_with_and_without_follow(
     assert list(pod_lines(v1, NS, "demo-0", tail=3)) == ["l7", "l8", "l9"]
     assert list(pod_lines(v1, NS, "demo-0", tail=0)) == []
     got = Collector(pod_lines(v1, NS, "demo-0", follow=True, tail=2, retry_wait=0.05))
-    got.wait_for(lambda lines: lines == ["l8", "l9"])
-    kube_fake.state.faults.log_drops = 1  # a resumed follow after a tail skips exactly
+    got.wait_for(lambda lines: lines == ["l8", "l9"])  # the tail: read before following
     kube_fake.state.append_log(NS, "demo-0", "l10\n", container="main")
-    wait_until(lambda: kube_fake.state.faults.log_drops == 0)
+    got.wait_for(lambda lines: "l10" in lines)  # the follow is open and past its backlog
+    kube_fake.state.faults.log_drops = 1  # a resumed follow after a tail skips exactly
     kube_fake.state.append_log(NS, "demo-0", "l11\n", container="main")
-    got.wait_for(lambda lines: "l11" in lines)
+    wait_until(lambda: kube_fake.state.faults.log_drops == 0)
+    kube_fake.state.append_log(NS, "demo-0", "l12\n", container="main")
+    got.wait_for(lambda lines: "l12" in lines)
     kube_fake.set_pod_phase(NS, "demo-0", "Succeeded")
-    assert got.finish() == ["l8", "l9", "l10", "l11"]
+    assert got.finish() == ["l8", "l9", "l10", "l11", "l12"]
+
+
+def test_tail_counts_user_lines_not_metric_records(
+    v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer
+) -> None:
+    make_pod(v1, "demo-0", 0)
+    kube_fake.set_pod_phase(NS, "demo-0", "Running")
+    gpu = format_metric_line({"kind": "gpu", "time": 1.0, "samples": []})
+    body = "".join(f"u{i}\n" + gpu * 5 for i in range(6))  # 5 records after every line
+    kube_fake.state.append_log(NS, "demo-0", body, container="main")
+    records: list[dict[str, Any]] = []
+    assert list(pod_lines(v1, NS, "demo-0", tail=3, on_record=records.append)) == [
+        "u3", "u4", "u5"]  # fmt: skip
+    assert records and all(r["kind"] == "gpu" for r in records)
+    assert list(pod_lines(v1, NS, "demo-0", tail=100)) == [f"u{i}" for i in range(6)]
+    got = Collector(pod_lines(v1, NS, "demo-0", follow=True, tail=2))
+    got.wait_for(lambda lines: lines == ["u4", "u5"])
+    kube_fake.state.append_log(NS, "demo-0", gpu + "u6\n", container="main")
+    got.wait_for(lambda lines: lines == ["u4", "u5", "u6"])
+    kube_fake.set_pod_phase(NS, "demo-0", "Succeeded")
+    assert got.finish() == ["u4", "u5", "u6"]
 
 
 def test_every_rank_merged_prefixed_and_metric_lines_recorded_not_shown(

@@ -30,7 +30,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from ...monitor.metrics import metrics_dir
-from ...monitor.stream import filter_metric_lines, split_metric_lines
+from ...monitor.stream import filter_metric_lines, parse_metric_line, split_metric_lines
 from .._jobfiles import JobFiles
 from .._logread import LineAssembler, read_logs
 from ..base import rank_prefixed
@@ -126,43 +126,78 @@ def pod_lines(
     woken at once). A 404 ends the stream; other API errors are raised.
     """
     stop = stop or threading.Event()
-    lines = _pod_lines(core_api, namespace, pod, follow, tail, stop, container, retry_wait)
-    return filter_metric_lines(lines, on_record or _drop)
-
-
-def _pod_lines(core_api: Any, namespace: str, pod: str, follow: bool, tail: int | None,
-               stop: threading.Event, container: str | None, retry_wait: float) -> Iterator[str]:  # fmt: skip
-    if not follow:
-        try:
-            resp = _open(core_api, namespace, pod, container, follow=False, tail=tail,
-                         read_timeout=60.0)  # fmt: skip
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        yield from _read_lines(resp, stop)
-        return
-    given = 0  # complete lines of the whole log already yielded
-    if tail is not None:
-        # The tail, and where it ends in the whole log (re-opening skips by line count).
-        last: deque[str] = deque(maxlen=max(tail, 0))
-        try:
-            resp = _open(core_api, namespace, pod, container, follow=False, tail=None,
-                         read_timeout=60.0)  # fmt: skip
-        except ApiException as e:
-            if e.status == 404:
-                return
-            raise
-        asm = LineAssembler()
-        try:
-            for chunk in _chunks(resp):
-                for line in asm.feed(chunk):
-                    given += 1
-                    last.append(line)
-        finally:
-            _release(resp)
+    record = on_record or _drop
+    if follow:
+        given, last = 0, list[str]()
+        if tail is not None:
+            # The tail, and where it ends in the whole log (re-opening skips by count).
+            given, last = _whole_tail(core_api, namespace, pod, container, tail, stop)
         yield from last
-    yield from _follow(core_api, namespace, pod, container, given, stop, retry_wait)
+        lines = _follow(core_api, namespace, pod, container, given, stop, retry_wait)
+        yield from filter_metric_lines(lines, record)
+    elif tail is None:
+        yield from filter_metric_lines(_read(core_api, namespace, pod, container, None, stop),
+                                       record)  # fmt: skip
+    else:
+        yield from _tail(core_api, namespace, pod, container, tail, stop, record)
+
+
+def _read(core_api: Any, namespace: str, pod: str, container: str | None, tail: int | None,
+          stop: threading.Event) -> Iterator[str]:  # fmt: skip
+    """The log as it is now (its last ``tail`` lines); nothing for a pod that is gone or
+    whose container has not started (the API answers 404 and 400)."""
+    try:
+        resp = _open(core_api, namespace, pod, container, follow=False, tail=tail,
+                     read_timeout=60.0)  # fmt: skip
+    except ApiException as e:
+        if e.status in (400, 404):
+            return
+        raise
+    yield from _read_lines(resp, stop)
+
+
+def _tail(core_api: Any, namespace: str, pod: str, container: str | None, n: int,
+          stop: threading.Event, on_record: OnRecord) -> Iterator[str]:  # fmt: skip
+    """The last ``n`` user lines: metric records in between do not count, so the window
+    the server tails grows until it holds ``n`` user lines or the whole log."""
+    if n <= 0:
+        return
+    window = n
+    while True:
+        lines = list(_read(core_api, namespace, pod, container, window, stop))
+        records: list[dict[str, Any]] = []
+        user = list(filter_metric_lines(lines, records.append))
+        if len(user) >= n or len(lines) < window or stop.is_set():
+            for r in records:
+                on_record(r)
+            yield from user[-n:]
+            return
+        window *= 4
+
+
+def _whole_tail(core_api: Any, namespace: str, pod: str, container: str | None, n: int,
+                stop: threading.Event) -> tuple[int, list[str]]:  # fmt: skip
+    """(complete lines in the whole log, its last ``n`` user lines), in one bounded pass."""
+    count, last = 0, deque[str](maxlen=max(n, 0))
+    try:
+        resp = _open(core_api, namespace, pod, container, follow=False, tail=None,
+                     read_timeout=60.0)  # fmt: skip
+    except ApiException as e:
+        if e.status in (400, 404):
+            return 0, []
+        raise
+    asm = LineAssembler()
+    try:
+        for chunk in _chunks(resp):
+            for line in asm.feed(chunk):
+                count += 1
+                if parse_metric_line(line) is None:
+                    last.append(line)
+            if stop.is_set():
+                break
+    finally:
+        _release(resp)
+    return count, list(last)
 
 
 def _follow(core_api: Any, namespace: str, pod: str, container: str | None, given: int,
