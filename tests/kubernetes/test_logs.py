@@ -17,13 +17,8 @@ from kubernetes import client
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster, wait_until
 from workbench.backends.base import split_rank_prefix
-from workbench.backends.kubernetes.logs import (
-    LogCopier,
-    job_logs,
-    pod_lines,
-    rank_logs,
-    write_metric_records,
-)
+from workbench.backends.kubernetes.logcopy import LogCopier, job_logs, write_metric_records
+from workbench.backends.kubernetes.logs import pod_lines, rank_logs
 from workbench.monitor.metrics import read_job_metrics
 from workbench.monitor.stream import format_metric_line
 
@@ -275,7 +270,7 @@ def test_copy_on_end_then_pods_deleted_logs_and_metrics_still_read(
         kube_fake.set_pod_phase(NS, name, "Succeeded")
     copier = LogCopier(v1, NS, job_dir)
     sizes = copier.copy(pods)
-    assert set(sizes) == {0, 1} and copier.copied_ranks() == [0, 1]
+    assert set(sizes) == {0, 1} and copier.copied(0) and copier.copied(1)
     raw = (job_dir / "logs" / "rank-0.log").read_bytes()
     assert raw == b"rank 0 line 1\nbytes \xff\xfe kept\nlast, no newline"  # byte for byte
     assert sizes[0] == len(raw)
@@ -297,6 +292,39 @@ def test_copy_on_end_then_pods_deleted_logs_and_metrics_still_read(
     assert metrics["gpu"] == [{"time": 2.0, "index": 0, "util": 90.0, "rank": 0}]
 
 
+def test_a_retried_gang_keeps_every_attempt_in_order(
+    v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer, tmp_path: Path
+) -> None:
+    """Attempt 1's pods are copied before the retry deletes them; while attempt 2 runs,
+    its rank shows attempt 1's copy then the live pod; at the end both are in the copy."""
+    copier = LogCopier(v1, NS, tmp_path)
+    make_pod(v1, "demo-0-a1", 0)
+    kube_fake.state.append_log(NS, "demo-0-a1", "first try\nboom\n", container="main")
+    kube_fake.set_pod_phase(NS, "demo-0-a1", "Failed")
+    assert copier.copy({0: "demo-0-a1"}, attempt=1) == {0: len(b"first try\nboom\n")}
+    v1.delete_namespaced_pod("demo-0-a1", NS)
+    make_pod(v1, "demo-0-a2", 0)
+    kube_fake.set_pod_phase(NS, "demo-0-a2", "Running")
+    kube_fake.state.append_log(NS, "demo-0-a2", "second try\n", container="main")
+    live = {0: "demo-0-a2"}
+    assert list(job_logs(v1, NS, tmp_path, lambda: live, rank=0, attempt=2)) == [
+        "first try", "boom", "second try"]  # fmt: skip
+    assert list(job_logs(v1, NS, tmp_path, lambda: live, rank=None, attempt=2, tail=2)) == [
+        "[rank 0] boom", "[rank 0] second try"]  # fmt: skip
+    got = Collector(job_logs(v1, NS, tmp_path, lambda: live, rank=0, follow=True, attempt=2))
+    got.wait_for(lambda lines: lines == ["first try", "boom", "second try"])
+    kube_fake.state.append_log(NS, "demo-0-a2", "done\n", container="main")
+    kube_fake.set_pod_phase(NS, "demo-0-a2", "Succeeded")
+    assert got.finish() == ["first try", "boom", "second try", "done"]
+    copier.copy(live, attempt=2)
+    assert (tmp_path / "logs" / "rank-0.log").read_text() == (
+        "first try\nboom\n[workbench] ---- attempt 2 ----\nsecond try\ndone\n"
+    )
+    v1.delete_namespaced_pod("demo-0-a2", NS)
+    assert list(job_logs(v1, NS, tmp_path, lambda: {}, rank=0, attempt=2, tail=2)) == [
+        "second try", "done"]  # fmt: skip
+
+
 def test_job_logs_reads_the_pods_until_copied(
     v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer, tmp_path: Path
 ) -> None:
@@ -311,7 +339,7 @@ def test_copy_skips_a_pod_already_gone_and_retries_it_later(
 ) -> None:
     copier = LogCopier(v1, NS, tmp_path)
     assert copier.copy({0: "never-was"}) == {}
-    assert copier.copied_ranks() == []
+    assert not copier.copied(0)
     make_pod(v1, "never-was", 0)
     kube_fake.state.append_log(NS, "never-was", "late\n", container="main")
     assert copier.copy({0: "never-was"}) == {0: 5}

@@ -1,11 +1,11 @@
-"""Pod logs for the Kubernetes backend: one rank or every rank, read or followed live, and
-copied into the job's folder when the job ends so logs and charts outlive the pods.
+"""Pod logs for the Kubernetes backend: one rank or every rank, read or followed live
+(``logcopy`` saves them into the job folder when an attempt ends).
 
 Lines come from the official client's ``read_namespaced_pod_log`` (streamed with
 ``_preload_content=False``, so a long log never sits in memory) and are cut into displayed
 lines the way local logs are (``_logread.LineAssembler``: ``\\r`` progress bars, 64 KiB
 cap). Metric records framed in the output (``monitor.stream``) are never shown: they go to
-an ``on_record`` callback, and the copier writes them to the job's metric files.
+an ``on_record`` callback.
 
 A followed stream that ends while its pod still runs (an API server restart, a dropped
 connection, a proxy's idle timeout) is re-opened and the lines already given are skipped,
@@ -17,8 +17,8 @@ has one-second resolution), which is the price of exactness on a rare path.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
-import os
 import queue
 import threading
 from collections import deque
@@ -29,16 +29,13 @@ from typing import Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from ...monitor.metrics import metrics_dir
-from ...monitor.stream import filter_metric_lines, parse_metric_line, split_metric_lines
-from .._jobfiles import JobFiles
+from ...monitor.stream import filter_metric_lines, parse_metric_line
 from .._logread import LineAssembler, read_logs
 from ..base import rank_prefixed
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 CHUNK = 64 * 1024
 QUEUE_LINES = 1024  # merged follow: lines waiting for the reader, per job (bounded memory)
-COPIED_MARK = ".copied-rank-{rank}"  # in JOB_DIR/logs: this rank's copy is complete
 
 OnRecord = Callable[[dict[str, Any]], None]
 
@@ -294,11 +291,13 @@ def rank_logs(
     finished: Callable[[], bool] | None = None,
     poll: float = 0.5,
     world: int | None = None,
+    saved: dict[int, Path] | None = None,
 ) -> Iterator[str]:
     """One rank's lines, or every rank's (``rank=None``) merged, each ``rank_prefixed``.
 
     ``pods_by_rank()`` names each rank's current pod; ``world`` (ranks 0..world-1) lets
-    every-rank follow start before the pods exist. Following one rank waits for its
+    every-rank follow start before the pods exist. ``saved`` names files holding a rank's
+    earlier attempts (a gang retry's copies): their lines come first. Following one rank waits for its
     pod to appear (until ``finished()`` or ``stop``), and moves on to a new pod for the rank
     (a retry) when the one it followed ends. Every rank: one reader thread per rank feeds
     a bounded queue, so a slow consumer holds the readers back instead of growing memory.
@@ -307,16 +306,15 @@ def rank_logs(
     if rank is not None:
         record = _for_rank(on_record, rank)
         yield from _one_rank(core_api, namespace, pods_by_rank, rank, follow, tail, stop,
-                             record, container, finished, poll)  # fmt: skip
+                             record, container, finished, poll, saved.get(rank) if saved else None)  # fmt: skip
         return
     pods = pods_by_rank()
     ranks = list(range(world)) if world is not None else sorted(pods)
     if not follow:
-        for r in ranks:
-            if r not in pods:
-                continue
-            for line in pod_lines(core_api, namespace, pods[r], False, tail, stop,
-                                  on_record=_for_rank(on_record, r), container=container):  # fmt: skip
+        for r in ranks:  # one after another, as kubectl logs --prefix shows them
+            for line in _one_rank(core_api, namespace, lambda: pods, r, False, tail, stop,
+                                  _for_rank(on_record, r), container, finished, poll,
+                                  (saved or {}).get(r)):  # fmt: skip
                 yield rank_prefixed(r, line)
         return
     inner = threading.Event()  # ends the readers when the consumer stops or goes away
@@ -325,7 +323,8 @@ def rank_logs(
     def reader(r: int) -> None:
         try:
             for line in _one_rank(core_api, namespace, pods_by_rank, r, True, tail, inner,
-                                  _for_rank(on_record, r), container, finished, poll):  # fmt: skip
+                                  _for_rank(on_record, r), container, finished, poll,
+                                  (saved or {}).get(r)):  # fmt: skip
                 while not inner.is_set():
                     try:
                         q.put((r, line), timeout=0.2)
@@ -356,6 +355,12 @@ def rank_logs(
         inner.set()
 
 
+def _saved_lines(path: Path | None, tail: int | None, stop: threading.Event) -> Iterator[str]:
+    if path is None or not path.exists():
+        return iter(())
+    return read_logs([(0, path)], False, tail, lambda: True, stop)
+
+
 def _put_end(q: queue.Queue[tuple[int, str | None]], inner: threading.Event,
              item: tuple[int, str | None]) -> None:  # fmt: skip
     while not inner.is_set():
@@ -374,14 +379,19 @@ def _for_rank(on_record: Callable[[int, dict[str, Any]], None] | None, rank: int
 
 def _one_rank(core_api: Any, namespace: str, pods_by_rank: Callable[[], dict[int, str]],
               rank: int, follow: bool, tail: int | None, stop: threading.Event,
-              on_record: OnRecord, container: str | None,
-              finished: Callable[[], bool] | None, poll: float) -> Iterator[str]:  # fmt: skip
+              on_record: OnRecord, container: str | None, finished: Callable[[], bool] | None,
+              poll: float, saved: Path | None = None) -> Iterator[str]:  # fmt: skip
     pod = pods_by_rank().get(rank)
+    earlier = _saved_lines(saved, tail, stop)
     if not follow:
-        if pod is not None:
-            yield from pod_lines(core_api, namespace, pod, False, tail, stop,
-                                 on_record=on_record, container=container)  # fmt: skip
+        now: Iterator[str] = iter(())
+        if pod is not None:  # with earlier attempts the tail spans both: read the pod whole
+            now = pod_lines(core_api, namespace, pod, False, tail if saved is None else None,
+                            stop, on_record=on_record, container=container)  # fmt: skip
+        both = itertools.chain(earlier, now)
+        yield from deque(both, maxlen=tail) if tail is not None and saved is not None else both
         return
+    yield from earlier
     done: set[str] = set()
     while not stop.is_set():
         if pod is None or pod in done:
@@ -395,142 +405,3 @@ def _one_rank(core_api: Any, namespace: str, pods_by_rank: Callable[[], dict[int
         done.add(pod)
         tail = None  # a retry's pod is shown whole
         pod = pods_by_rank().get(rank)
-
-
-# ---- copies in the job folder ----------------------------------------------------------------
-def write_metric_records(job_dir: Path, rank: int, records: list[dict[str, Any]]) -> None:
-    """Append one rank's metric records to the job's metric files, as local jobs keep them.
-
-    The one place this module writes metrics (routing as the local copier does: scalars,
-    GPU samples, the agent's other records), so it can become a single call into the
-    metrics module's sink.
-    """
-    if not records:
-        return
-    out: dict[str, list[str]] = {}
-    for record in records:
-        r = record.get("rank")
-        r = r if isinstance(r, int) and not isinstance(r, bool) else rank
-        kind = record.get("kind")
-        if kind == "scalars":
-            body = {k: v for k, v in record.items() if k != "kind"}
-            out.setdefault(f"scalars-rank{r}.jsonl", []).append(_jsonl(body))
-        elif kind == "gpu" and isinstance(record.get("samples"), list):
-            for s in record["samples"]:
-                if isinstance(s, dict):
-                    out.setdefault("gpu.jsonl", []).append(
-                        _jsonl({"time": record.get("time"), **s, "rank": r})
-                    )
-        else:
-            out.setdefault(f"agent-rank{r}.jsonl", []).append(_jsonl(record))
-    folder = metrics_dir(job_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, lines in out.items():
-        with open(folder / name, "a") as f:  # one write per file: no torn line between
-            f.write("".join(lines))
-
-
-def _jsonl(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
-
-
-class LogCopier:
-    """Copies each rank's whole log into JOB_DIR/logs/rank-N.log when the job ends (the
-    layout local jobs use), with metric records split off into JOB_DIR/metrics/."""
-
-    def __init__(self, core_api: Any, namespace: str, job_dir: Path,
-                 container: str | None = None) -> None:  # fmt: skip
-        self.core_api = core_api
-        self.namespace = namespace
-        self.files = JobFiles(Path(job_dir))
-        self.container = container
-
-    def copied(self, rank: int) -> bool:
-        """True once rank ``rank``'s log is copied whole."""
-        return (self.files.logs / COPIED_MARK.format(rank=rank)).exists()
-
-    def copied_ranks(self) -> list[int]:
-        """Ranks whose copies are complete."""
-        if not self.files.logs.is_dir():
-            return []
-        return sorted(int(p.name.rsplit("-", 1)[1]) for p in self.files.logs.glob(".copied-rank-*"))
-
-    def copy(self, pods_by_rank: dict[int, str]) -> dict[int, int]:
-        """Copy every rank not copied yet; returns {rank: bytes of user output}.
-
-        A rank is marked done only after its log file is in place, so a copy cut short is
-        redone; a pod already gone is skipped (nothing is left to copy)."""
-        self.files.logs.mkdir(parents=True, exist_ok=True)
-        sizes: dict[int, int] = {}
-        for rank, pod in sorted(pods_by_rank.items()):
-            if self.copied(rank):
-                continue
-            size = self._copy_rank(rank, pod)
-            if size is not None:
-                sizes[rank] = size
-        return sizes
-
-    def _copy_rank(self, rank: int, pod: str) -> int | None:
-        try:
-            resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
-                         tail=None, read_timeout=120.0)  # fmt: skip
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
-        final = self.files.log_path(rank)
-        part = final.with_name(final.name + ".part")
-        records: list[dict[str, Any]] = []
-        size = 0
-        pending = b""
-        try:
-            with open(part, "wb") as f:
-                for chunk in _chunks(resp):
-                    *lines, pending = (pending + chunk).split(b"\n")
-                    size += _split_into(f, [x + b"\n" for x in lines], records)
-                    if len(pending) > 1 << 20:  # a huge line is no record: pass it on
-                        size += _split_into(f, [pending], records)
-                        pending = b""
-                size += _split_into(f, [pending] if pending else [], records)
-        finally:
-            _release(resp)
-        write_metric_records(self.files.dir, rank, records)
-        os.replace(part, final)
-        (self.files.logs / COPIED_MARK.format(rank=rank)).touch()
-        return size
-
-
-def _split_into(f: Any, lines: list[bytes], records: list[dict[str, Any]]) -> int:
-    """Write the user lines of ``lines`` to ``f`` byte for byte; collect the records."""
-    if not lines:
-        return 0
-    # surrogateescape: bytes that are not UTF-8 come back unchanged when re-encoded
-    text = [x.decode("utf-8", "surrogateescape") for x in lines]
-    user, found = split_metric_lines(text)
-    records.extend(found)
-    data = "".join(user).encode("utf-8", "surrogateescape")
-    f.write(data)
-    return len(data)
-
-
-def job_logs(
-    core_api: Any,
-    namespace: str,
-    job_dir: Path,
-    pods_by_rank: Callable[[], dict[int, str]],
-    rank: int | None = 0,
-    follow: bool = False,
-    tail: int | None = None,
-    stop: threading.Event | None = None,
-    **kwargs: Any,
-) -> Iterator[str]:
-    """``Backend.logs`` for a Kubernetes job: the copies in the job folder where they are
-    complete (the job ended; its pods may be gone), else the pods' logs."""
-    copier = LogCopier(core_api, namespace, job_dir)
-    copied = copier.copied_ranks()
-    if copied and (rank is None or rank in copied):
-        wanted = copied if rank is None else [rank]
-        paths = [(r, copier.files.log_path(r)) for r in wanted]
-        yield from read_logs(paths, False, tail, lambda: True, stop, prefix=rank is None)
-        return
-    yield from rank_logs(core_api, namespace, pods_by_rank, rank, follow, tail, stop, **kwargs)
