@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster, wait_until
@@ -104,6 +106,50 @@ def test_follow_resumes_a_dropped_stream_without_loss_or_repeats(
     follows = [p for m, p in kube_fake.state.requests if "/log" in p and "follow=true" in p]
     assert len(follows) >= 3  # two drops, two re-opens
     assert got.finish() == ["a", "b", "c", "partial", "d", "e"]
+
+
+class Flaky:
+    """The real client, with its next ``fail`` pod and pod-log calls failing as an
+    unreachable or overloaded API server answers (refused connection, 503)."""
+
+    def __init__(self, v1: client.CoreV1Api) -> None:
+        self.v1, self.fail, self.failed = v1, 0, 0
+
+    def _maybe_fail(self) -> None:
+        if self.fail > 0:
+            self.fail -= 1
+            self.failed += 1
+            if self.failed % 2:
+                raise urllib3.exceptions.MaxRetryError(None, "/api", "connection refused")  # type: ignore[arg-type]
+            raise ApiException(status=503, reason="Service Unavailable")
+
+    def read_namespaced_pod_log(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail()
+        return self.v1.read_namespaced_pod_log(*args, **kwargs)
+
+    def read_namespaced_pod(self, *args: Any, **kwargs: Any) -> Any:
+        self._maybe_fail()
+        return self.v1.read_namespaced_pod(*args, **kwargs)
+
+
+def test_follow_rides_out_an_unreachable_api_server(
+    v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer
+) -> None:
+    make_pod(v1, "demo-0", 0)
+    kube_fake.set_pod_phase(NS, "demo-0", "Running")
+    kube_fake.state.append_log(NS, "demo-0", "one\n", container="main")
+    flaky = Flaky(v1)
+    got = Collector(pod_lines(flaky, NS, "demo-0", follow=True, retry_wait=0.02))
+    got.wait_for(lambda lines: lines == ["one"])
+    flaky.fail = 6  # every call fails for a while: re-opens and phase checks alike
+    kube_fake.state.faults.log_drops = 1
+    kube_fake.state.append_log(NS, "demo-0", "two\n", container="main")
+    wait_until(lambda: flaky.fail == 0)
+    kube_fake.state.append_log(NS, "demo-0", "three\n", container="main")
+    got.wait_for(lambda lines: "three" in lines)
+    kube_fake.set_pod_phase(NS, "demo-0", "Succeeded")
+    assert got.finish() == ["one", "two", "three"]
+    assert flaky.failed == 6
 
 
 def test_follow_ends_when_the_pod_is_deleted_and_stop_wakes_a_silent_reader(

@@ -221,9 +221,11 @@ def _follow(core_api: Any, namespace: str, pod: str, container: str | None, give
             except ApiException as e:
                 if e.status == 404:
                     return
-                if e.status != 400:  # 400: the container is still waiting to start
+                if not _transient(e):  # 400: the container is still waiting to start
                     raise
                 resp = None
+            except (urllib3.exceptions.HTTPError, OSError):
+                resp = None  # the API server is restarting or out of reach: try again
             if resp is not None:
                 current[0] = resp
                 try:
@@ -242,7 +244,12 @@ def _follow(core_api: Any, namespace: str, pod: str, container: str | None, give
                     _release(resp)
             if stop.is_set():
                 return
-            phase = pod_phase(core_api, namespace, pod)
+            try:
+                phase = pod_phase(core_api, namespace, pod)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+                if isinstance(e, ApiException) and not _transient(e):
+                    raise
+                phase, dropped = "Unknown", True
             if phase is None or phase in TERMINAL_PHASES:
                 # The container has exited, so its log is complete. A stream that ended
                 # cleanly held all of it (the server ends a follow when the container
@@ -259,6 +266,11 @@ def _follow(core_api: Any, namespace: str, pod: str, container: str | None, give
                 stop.wait(min(5.0, retry_wait * 2 ** min(idle - 1, 4)))
     finally:
         done.set()
+
+
+def _transient(e: ApiException) -> bool:
+    """An answer worth retrying: not started yet (400), throttled (429), server trouble."""
+    return e.status in (400, 429) or (e.status or 0) >= 500
 
 
 def _rest(core_api: Any, namespace: str, pod: str, container: str | None, given: int,
