@@ -414,6 +414,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(2)
         self.close_connection = True
 
+    def _log_drop(self) -> bool:
+        """Test hook: cut a followed log after the chunk just sent (``faults.log_drops``)."""
+        faults = self.server_fake.state.faults
+        with self.server_fake.state.lock:
+            if faults.log_drops <= 0:
+                return False
+            faults.log_drops -= 1
+        self._drop()
+        return True
+
     def _log(self, ns: str, pod: str, q: dict[str, str]) -> None:
         state = self.server_fake.state
         obj = state.get(("", "v1", "pods"), ns, pod)  # 404 when absent
@@ -446,6 +456,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if data:
                 self._chunk(data)
+                if self._log_drop():
+                    return
             while not self.server_fake._closing.is_set():
                 with state.lock:
                     more = buffer()[offset:]
@@ -460,6 +472,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if more:
                     self._chunk(more)
                     offset += len(more)
+                    if self._log_drop():
+                        return
                 elif closed:
                     break
             self._end_stream()

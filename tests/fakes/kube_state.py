@@ -179,6 +179,7 @@ class Faults:
     expired_as_http: bool = False  # 410 as an HTTP status instead of an ERROR event
     bookmark_interval: float = 1.0
     watch_epoch: int = 0  # bumped by compact(expire_watches=True): open watches get 410
+    log_drops: int = 0  # the next N chunks of followed pod logs each cut their connection
 
 
 class ClusterState:

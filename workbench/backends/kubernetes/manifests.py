@@ -340,7 +340,15 @@ class _PodBuilder:
     def _prefetch(self, m: Mount, scheme: str, volume: str) -> dict[str, Any]:
         """An init container that copies an object-store source into the pod's volume
         through workbench.data (the fsspec code local jobs use)."""
+        from ...data.urls import ENV_OPTIONS
+
         src, env = m.src, list(self.secret_env)
+        # Where the store is (AWS_ENDPOINT_URL, OSS_ENDPOINT, a region) is not secret, but
+        # the prefetch cannot work without it: the job's plain values of those names.
+        storage = {n for opts in ENV_OPTIONS.values() for names in opts.values() for n in names}
+        secret = self.spec.secret_env()
+        env += [{"name": k, "value": v} for k, v in self.spec.env.items()
+                if k in storage and k not in secret]  # fmt: skip
         creds = userinfo_credentials(src)
         if creds:
             src, user, password = creds

@@ -1,0 +1,187 @@
+"""A Kubernetes job's logs and metric records, copied into its job folder when an attempt
+ends, so ``workbench logs`` and the charts outlive the pods' garbage collection.
+
+Layout as local jobs have it (``_jobfiles.JobFiles``): JOB_DIR/logs/rank-N.log holds every
+attempt of rank N, later ones after a ``[workbench] ---- attempt K ----`` line, byte for byte
+without the metric records, which go to JOB_DIR/metrics/ (``write_metric_records``). A
+marker per rank (``logs/.copied-rank-N``, holding the attempt copied last) makes a copy
+happen once; a copy cut short is redone, since the log file is replaced in one rename
+before its marker is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.rest import ApiException
+
+from ...monitor.metrics import metrics_dir
+from ...monitor.stream import split_metric_lines
+from .._jobfiles import JobFiles
+from .._logread import read_logs
+from .logs import _chunks, _open, _release, rank_logs
+
+COPIED_MARK = ".copied-rank-{rank}"
+HUGE_LINE = 1 << 20  # a line this long without a newline is no record: written through
+
+
+def write_metric_records(job_dir: Path, rank: int, records: list[dict[str, Any]]) -> None:
+    """Append one rank's metric records to the job's metric files, as local jobs keep them.
+
+    The one place Kubernetes jobs write metrics (routed as the local copier routes them:
+    scalars, GPU samples, the agent's other records), so it can become one call into the
+    metrics module's sink.
+    """
+    if not records:
+        return
+    out: dict[str, list[str]] = {}
+    for record in records:
+        r = record.get("rank")
+        r = r if isinstance(r, int) and not isinstance(r, bool) else rank
+        kind = record.get("kind")
+        if kind == "scalars":
+            body = {k: v for k, v in record.items() if k != "kind"}
+            out.setdefault(f"scalars-rank{r}.jsonl", []).append(_jsonl(body))
+        elif kind == "gpu" and isinstance(record.get("samples"), list):
+            for s in record["samples"]:
+                if isinstance(s, dict):
+                    out.setdefault("gpu.jsonl", []).append(
+                        _jsonl({"time": record.get("time"), **s, "rank": r})
+                    )
+        else:
+            out.setdefault(f"agent-rank{r}.jsonl", []).append(_jsonl(record))
+    folder = metrics_dir(job_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, lines in out.items():
+        with open(folder / name, "a") as f:  # one write per file: no torn line between
+            f.write("".join(lines))
+
+
+def _jsonl(record: dict[str, Any]) -> str:
+    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+
+
+class LogCopier:
+    """Copies each rank's log of one attempt into the job folder (see the module doc)."""
+
+    def __init__(self, core_api: Any, namespace: str, job_dir: Path,
+                 container: str | None = None) -> None:  # fmt: skip
+        self.core_api = core_api
+        self.namespace = namespace
+        self.files = JobFiles(Path(job_dir))
+        self.container = container
+
+    def _mark(self, rank: int) -> Path:
+        return self.files.logs / COPIED_MARK.format(rank=rank)
+
+    def copied_attempt(self, rank: int) -> int:
+        """The last attempt of ``rank`` copied whole (0: none)."""
+        try:
+            return int(self._mark(rank).read_text() or 1)
+        except (OSError, ValueError):
+            return 0
+
+    def copied(self, rank: int, attempt: int = 1) -> bool:
+        """True once attempt ``attempt`` of ``rank`` is copied whole."""
+        return self.copied_attempt(rank) >= attempt
+
+    def copy(self, pods_by_rank: dict[int, str], attempt: int = 1) -> dict[int, int]:
+        """Copy attempt ``attempt`` of every rank not copied yet; {rank: bytes of output}.
+
+        A pod already gone is skipped (nothing is left to copy); call it for each attempt
+        before the attempt's pods are deleted (a gang retry) and when the job ends."""
+        self.files.logs.mkdir(parents=True, exist_ok=True)
+        sizes: dict[int, int] = {}
+        for rank, pod in sorted(pods_by_rank.items()):
+            if not self.copied(rank, attempt):
+                size = self._copy_rank(rank, pod, attempt)
+                if size is not None:
+                    sizes[rank] = size
+        return sizes
+
+    def _copy_rank(self, rank: int, pod: str, attempt: int) -> int | None:
+        try:
+            resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
+                         tail=None, read_timeout=120.0)  # fmt: skip
+        except ApiException as e:
+            if e.status in (400, 404):  # gone, or never started: no log
+                return None
+            raise
+        final = self.files.log_path(rank)
+        part = final.with_name(final.name + ".part")
+        records: list[dict[str, Any]] = []
+        size = 0
+        pending = b""
+        try:
+            with open(part, "wb") as f:
+                if attempt > 1:  # earlier attempts stay first, as local retries keep them
+                    if final.exists():
+                        with open(final, "rb") as before:
+                            shutil.copyfileobj(before, f)
+                    f.write(f"[workbench] ---- attempt {attempt} ----\n".encode())
+                for chunk in _chunks(resp):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    size += _split_into(f, [x + b"\n" for x in lines], records)
+                    if len(pending) > HUGE_LINE:
+                        size += _split_into(f, [pending], records)
+                        pending = b""
+                size += _split_into(f, [pending] if pending else [], records)
+        finally:
+            _release(resp)
+        write_metric_records(self.files.dir, rank, records)
+        os.replace(part, final)
+        self._mark(rank).write_text(str(attempt))
+        return size
+
+
+def _split_into(f: Any, lines: list[bytes], records: list[dict[str, Any]]) -> int:
+    """Write the user lines of ``lines`` to ``f`` byte for byte; collect the records."""
+    if not lines:
+        return 0
+    # surrogateescape: bytes that are not UTF-8 come back unchanged when re-encoded
+    text = [x.decode("utf-8", "surrogateescape") for x in lines]
+    user, found = split_metric_lines(text)
+    records.extend(found)
+    data = "".join(user).encode("utf-8", "surrogateescape")
+    f.write(data)
+    return len(data)
+
+
+def job_logs(
+    core_api: Any,
+    namespace: str,
+    job_dir: Path,
+    pods_by_rank: Callable[[], dict[int, str]],
+    rank: int | None = 0,
+    follow: bool = False,
+    tail: int | None = None,
+    stop: threading.Event | None = None,
+    *,
+    attempt: int = 1,
+    world: int | None = None,
+    **kwargs: Any,
+) -> Iterator[str]:
+    """``Backend.logs`` for a Kubernetes job: the copies once the current ``attempt`` is
+    copied for every rank asked for (the pods may be gone), else earlier attempts' copies
+    followed by the pods' logs (``rank_logs``; ``kwargs`` go to it)."""
+    copier = LogCopier(core_api, namespace, job_dir, kwargs.get("container"))
+    if rank is not None:
+        ranks = [rank]
+    elif world is not None:
+        ranks = list(range(world))
+    else:
+        done = [int(p.name.rsplit("-", 1)[1]) for p in copier.files.logs.glob(".copied-rank-*")]
+        ranks = sorted(set(pods_by_rank()) | set(done))
+    if ranks and all(copier.copied(r, attempt) for r in ranks):
+        paths = [(r, copier.files.log_path(r)) for r in ranks]
+        yield from read_logs(paths, False, tail, lambda: True, stop, prefix=rank is None)
+        return
+    saved = {r: copier.files.log_path(r) for r in ranks if copier.copied_attempt(r) > 0}
+    yield from rank_logs(core_api, namespace, pods_by_rank, rank, follow, tail, stop,
+                         world=world, saved=saved, **kwargs)  # fmt: skip
