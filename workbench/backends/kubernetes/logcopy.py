@@ -11,7 +11,6 @@ before its marker is written.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import threading
@@ -21,7 +20,7 @@ from typing import Any
 
 from kubernetes.client.rest import ApiException
 
-from ...monitor.metrics import metrics_dir
+from ...monitor.metrics import MetricSink
 from ...monitor.stream import split_metric_lines
 from .._jobfiles import JobFiles
 from .._logread import read_logs
@@ -32,39 +31,14 @@ HUGE_LINE = 1 << 20  # a line this long without a newline is no record: written 
 
 
 def write_metric_records(job_dir: Path, rank: int, records: list[dict[str, Any]]) -> None:
-    """Append one rank's metric records to the job's metric files, as local jobs keep them.
-
-    The one place Kubernetes jobs write metrics (routed as the local copier routes them:
-    scalars, GPU samples, the agent's other records), so it can become one call into the
-    metrics module's sink.
-    """
-    if not records:
-        return
-    out: dict[str, list[str]] = {}
-    for record in records:
-        r = record.get("rank")
-        r = r if isinstance(r, int) and not isinstance(r, bool) else rank
-        kind = record.get("kind")
-        if kind == "scalars":
-            body = {k: v for k, v in record.items() if k != "kind"}
-            out.setdefault(f"scalars-rank{r}.jsonl", []).append(_jsonl(body))
-        elif kind == "gpu" and isinstance(record.get("samples"), list):
-            for s in record["samples"]:
-                if isinstance(s, dict):
-                    out.setdefault("gpu.jsonl", []).append(
-                        _jsonl({"time": record.get("time"), **s, "rank": r})
-                    )
-        else:
-            out.setdefault(f"agent-rank{r}.jsonl", []).append(_jsonl(record))
-    folder = metrics_dir(job_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, lines in out.items():
-        with open(folder / name, "a") as f:  # one write per file: no torn line between
-            f.write("".join(lines))
-
-
-def _jsonl(record: dict[str, Any]) -> str:
-    return json.dumps(record, separators=(",", ":"), default=str) + "\n"
+    """Append one rank's metric records to the job's metric files, routed as the local
+    runtimes' copiers route them (``MetricSink``: scalars, GPU samples, the agent's other
+    records), so ``Backend.metrics`` reads a cluster job like a local one."""
+    sink = MetricSink(job_dir, rank)
+    try:
+        sink.write(list(records))
+    finally:
+        sink.close()
 
 
 class LogCopier:
