@@ -33,11 +33,15 @@ RUN set -eux; \
 
 # workbench's own dependencies from docker/wheels/ when present (offline builds).
 COPY docker/wheels/ /tmp/workbench-wheels/
+# Without its build hook: the JupyterLab extension is the notebook front end's, not a
+# worker's, and building it needs Node.js and jupyterlab in the image.
 COPY pyproject.toml README.md /tmp/workbench-src/
 COPY workbench/ /tmp/workbench-src/workbench/
 COPY jupyter-config/ /tmp/workbench-src/jupyter-config/
 RUN set -eux; \
-    python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
+    python3 -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels hatchling; \
+    HATCH_BUILD_NO_HOOKS=true python3 -m pip install $PIP_OPTIONS --no-build-isolation \
+      --find-links /tmp/workbench-wheels /tmp/workbench-src; \
     python3 -c "import workbench.monitor.agent, workbench.run"; \
     rm -rf /tmp/workbench-src /tmp/workbench-wheels
 

@@ -23,12 +23,16 @@ ENV PIP_BREAK_SYSTEM_PACKAGES=1 \
 # The official image already has torch (checked, so a wrong BASE fails the build) and
 # conda's python; workbench goes into that same Python.
 COPY docker/wheels/ /tmp/workbench-wheels/
+# Without its build hook: the JupyterLab extension is the notebook front end's, not a
+# worker's, and building it needs Node.js and jupyterlab in the image.
 COPY pyproject.toml README.md /tmp/workbench-src/
 COPY workbench/ /tmp/workbench-src/workbench/
 COPY jupyter-config/ /tmp/workbench-src/jupyter-config/
 RUN set -eux; \
     python -c "import torch; v = torch.__version__.split('+')[0]; assert v == '${PYTORCH_VERSION}', v; assert torch.version.cuda.startswith('${CUDA_VERSION}'), torch.version.cuda"; \
-    python -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels /tmp/workbench-src; \
+    python -m pip install $PIP_OPTIONS --find-links /tmp/workbench-wheels hatchling; \
+    HATCH_BUILD_NO_HOOKS=true python -m pip install $PIP_OPTIONS --no-build-isolation \
+      --find-links /tmp/workbench-wheels /tmp/workbench-src; \
     python -c "import torch, workbench.monitor.agent, workbench.run; print('torch', torch.__version__, 'cuda', torch.version.cuda)"; \
     rm -rf /tmp/workbench-src /tmp/workbench-wheels
 
