@@ -231,10 +231,11 @@ def test_cli_backend_opt_is_stored_and_shown_by_get(manager, capsys):
 
 def test_magic_dry_run_returns_the_plan(manager, wb_home, monkeypatch):
     from IPython.core.error import UsageError
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.core.interactiveshell import InteractiveShell
 
-    ip = start_ipython()
-    assert ip is not None
+    # The process's one shell, as tests/notebook/test_magics.py uses it: a second kind
+    # (globalipapp's terminal shell) cannot be made once that one exists.
+    ip = InteractiveShell.instance()
     ip.run_line_magic("load_ext", "workbench")
     monkeypatch.chdir(SCRIPTS)
     # default_manager() keys on WORKBENCH_*: it is a manager over this test's home.

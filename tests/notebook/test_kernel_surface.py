@@ -62,15 +62,15 @@ def test_widget_shows_the_newest_state_of_a_tqdm_bar_without_colour_codes(
 
 
 def test_a_huge_progress_log_costs_the_widget_what_it_shows(kernel: Kernel, tmp_path: Path) -> None:
-    # A 2 GiB log (sparse: the job grows its own log file), then a progress bar drawn with
-    # '\r' and no newline. Each widget poll reads a bounded tail, not the file.
+    # A 2 GiB log (sparse: the job grows its own log file, which the supervisor's copier
+    # appends to), then a progress bar drawn with '\r' and no newline. Each widget poll
+    # reads a bounded tail, not the file.
     (tmp_path / "nb" / "big.py").write_text(
         textwrap.dedent(
             """
             import os, sys, time
-            sys.stdout.flush()
-            os.ftruncate(1, 2 * 2**30)
-            os.lseek(1, 0, os.SEEK_END)
+            log = os.path.join(os.environ["WORKBENCH_JOB_DIR"], "logs", "rank-0.log")
+            os.truncate(log, 2 * 2**30)
             for i in range(1, 101):
                 os.write(1, f"\\rstep {i}/100".encode())
             time.sleep(120)
