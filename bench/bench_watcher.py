@@ -161,6 +161,8 @@ class Server:
         self.port = _free_port()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.messages = 0  # job messages the WebSocket client received
+        self.listening = False
+        self.listen_error: BaseException | None = None
 
     def start(self) -> None:
         """Start the writer (the running job) and the server; wait until both are up."""
@@ -193,7 +195,19 @@ class Server:
         else:
             tail = (self.work / "server.log").read_text(errors="replace")[-3000:]
             raise SystemExit(f"{self.label} server did not start:\n{tail}")
-        threading.Thread(target=lambda: asyncio.run(self._listen()), daemon=True).start()
+        threading.Thread(target=self._listen_thread, daemon=True).start()
+        deadline = time.time() + 30
+        while not self.listening and self.listen_error is None and time.time() < deadline:
+            time.sleep(0.05)
+        if not self.listening:  # a silent client would report 0 messages/s as a result
+            raise SystemExit(f"{self.label}: the WebSocket client did not connect: "
+                             f"{self.listen_error!r}")  # fmt: skip
+
+    def _listen_thread(self) -> None:
+        try:
+            asyncio.run(self._listen())
+        except Exception as e:
+            self.listen_error = e
 
     def api(self, path: str) -> str:
         """URL of a workbench API route."""
@@ -209,12 +223,15 @@ class Server:
 
         url = f"ws://127.0.0.1:{self.port}{BASE}workbench/api/events?protocol=1"
         ws = await websocket_connect(HTTPRequest(url, headers=self.headers()))
+        self.listening = True
         while (raw := await ws.read_message()) is not None:
             if json.loads(raw).get("type") == "job":
                 self.messages += 1
 
     def sample(self) -> dict[str, float]:
         """CPU seconds so far, statements so far, messages so far."""
+        if self.listen_error is not None:
+            raise SystemExit(f"{self.label}: the WebSocket client failed: {self.listen_error!r}")
         cpu = psutil.Process(self.server.pid).cpu_times()
         counts = json.loads(self.counts_file.read_text())
         return {"cpu": cpu.user + cpu.system, "queries": counts["all"],
