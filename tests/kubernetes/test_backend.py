@@ -294,3 +294,73 @@ def test_two_worker_torch_ddp_through_the_manager(kube_env: Path, cluster: FakeC
         assert len(finals) == 2 and all(" world 2 " in x for x in finals), logs
     finally:
         m.backend("kubernetes").close()  # type: ignore[attr-defined]
+
+
+# ---- surfaces -------------------------------------------------------------------------------
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``workbench ARGS`` in a fresh process (env: this test's KUBECONFIG and home)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, cwd=SCRIPTS,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def test_cli_submit_list_get_against_the_fake(kube_env: Path, cluster: FakeCluster) -> None:
+    out = cli("submit", "--backend", "kubernetes", "--name", "cli-job", "--workers", "2",
+              "--env", "FAIL_RANK=9", "--", "python", str(SCRIPTS / "fail_rank.py"))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "job cli-job submitted (kubernetes)" in out.stdout
+
+    def status() -> str:  # each `get` is a new process: no watch, one read of the cluster
+        got = cli("get", "cli-job", "-o", "json")
+        assert got.returncode == 0, got.stderr
+        return str(json.loads(got.stdout)["status"])
+
+    wait_for(lambda: status() == "Succeeded", timeout=90, what="cli-job Succeeded", every=0.5)
+    record = json.loads(cli("get", "cli-job", "-o", "json").stdout)
+    # flavor auto (the default): the fake serves kubeflow.org/v1, so a PyTorchJob
+    assert record["backend"] == "kubernetes" and record["details"]["kind"] == "PyTorchJob"
+    assert [r["state"] for r in record["ranks"]] == ["Succeeded", "Succeeded"]
+    listed = cli("list")
+    assert listed.returncode == 0 and "cli-job" in listed.stdout and "Succeeded" in listed.stdout
+    again = cli("submit", "--backend", "kubernetes", "--name", "cli-job", "--workers", "3",
+                "--", "python", "fail_rank.py")  # fmt: skip
+    assert (
+        again.returncode == 2 and again.stderr.count("\n") == 1 and "error: name:" in again.stderr
+    )
+
+
+@pytest.fixture
+def jp_server_config(kube_env: Path, cluster: FakeCluster) -> dict[str, object]:
+    """Only the workbench extension, a fast tick; the fake cluster behind KUBECONFIG."""
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"workbench": True, "jupyter_server_terminals": False}
+        },
+        "WorkbenchApp": {"job_poll_interval": 0.1, "api_threads": 8},
+    }
+
+
+async def test_server_runs_and_lists_the_cluster_job(jp_fetch, jp_server_config) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from tests.server.conftest import validate_response
+
+    spec_ = {"name": "api-job", "backend": "kubernetes", "workers": 2, "working_dir": str(SCRIPTS),
+             "command": ["python", "rank_lines.py"], "env": {"LINES": "3"}}  # fmt: skip
+    r = await jp_fetch("workbench", "api", "jobs", method="POST", body=json.dumps(spec_))
+    assert r.code == 201
+    validate_response(("workbench", "api", "jobs"), "POST", r)
+    deadline = time.monotonic() + 90
+    while True:  # the server's tick (reconcile) runs the namespace's watch: no get() polling
+        r = await jp_fetch("workbench", "api", "jobs")
+        validate_response(("workbench", "api", "jobs"), "GET", r)
+        (job,) = json.loads(r.body)["jobs"]
+        if job["status"] == "Succeeded" or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert (
+        job["name"] == "api-job" and job["backend"] == "kubernetes" and job["status"] == "Succeeded"
+    )
+    assert job["details"]["namespace"] == NS and len(job["ranks"]) == 2
+    logs = await jp_fetch("workbench", "api", "jobs", "api-job", "logs", params={"rank": 1})
+    assert logs.body.decode().splitlines() == [f"rank 1 line {i}" for i in range(3)]

@@ -8,6 +8,7 @@ into the store, so the change feed carries cluster jobs as it carries local ones
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import contextlib
 import hashlib
@@ -281,6 +282,10 @@ class KubernetesBackend(Backend):
             if tracker is None or not tracker.alive:
                 if tracker is not None:
                     tracker.stop()
+                if not self._trackers:
+                    # Watch threads writing the store while the interpreter tears down
+                    # abort the process (a CLI exits right after submit): stop them first.
+                    atexit.register(self.stop_watches)
                 try:
                     tracker = NamespaceTracker(cluster, namespace, self.sync).start()
                 except Exception:  # no cluster now: get() reads once instead
@@ -296,12 +301,18 @@ class KubernetesBackend(Backend):
                 self._tracker(ns)
         return 0
 
-    def close(self) -> None:
-        """Stop every watch and close the client (tests; a process exit does the same)."""
+    def stop_watches(self) -> None:
+        """Stop every namespace's watches (at exit, and in close())."""
         with self._lock:
             trackers, self._trackers = list(self._trackers.values()), {}
         for t in trackers:
             t.stop()
+        with self.sync.lock:  # a write under way finishes before the process goes
+            pass
+
+    def close(self) -> None:
+        """Stop every watch and close the client."""
+        self.stop_watches()
         self.cluster.close()
 
     def get(self, name: str) -> JobRecord:
@@ -325,7 +336,7 @@ class KubernetesBackend(Backend):
             pods = self.cluster.pods(d["namespace"], record.name)
         except (SubmitError, *UNREACHABLE):
             return  # the cluster is away: the stored record is the best answer
-        self.sync.sync(record.name, workload, pods, gone=workload is None)
+        self.sync.sync(record.name, workload, pods, gone=workload is None, fresh=True)
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Record Cancelling and delete the workload in the foreground; returns at once

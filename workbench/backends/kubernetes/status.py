@@ -152,6 +152,10 @@ def job_view(workload: dict[str, Any] | None, pods: Iterable[dict[str, Any]]) ->
     ranks = ranks_of(pods)
     conds = conditions(workload)
     failed = [v for v in ranks.values() if v.state is RankState.FAILED]
+    if ("Complete" in conds or "Succeeded" in conds) and failed:
+        # A PyTorchJob succeeds with its Master even when a Worker failed first; a gang
+        # with a failed rank failed, as a local job does.
+        return JobView(JobStatus.FAILED, "RankFailed", failure_message(failed), ranks)
     if "Complete" in conds or "Succeeded" in conds:
         return JobView(JobStatus.SUCCEEDED, "Succeeded", "all ranks finished", ranks)
     if "Failed" in conds:

@@ -50,9 +50,9 @@ class JobSync:
         self.lock = threading.RLock()
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
-             gone: bool) -> None:  # fmt: skip
+             gone: bool, fresh: bool = False) -> None:  # fmt: skip
         """Bring job ``name``'s rows up to date with ``workload`` (None: unknown, or gone
-        when ``gone``) and its pods."""
+        when ``gone``) and its pods (``fresh``: just listed, not from a watch's cache)."""
         with self.lock:
             row = self.store.row(name)
             if row is None or row["backend"] != BACKEND or JobStatus(row["status"]).terminal:
@@ -67,6 +67,13 @@ class JobSync:
                     self._recreate(name, row)
                 return
             view = job_view(workload, pods)
+            if view.status.terminal and not fresh:
+                # The workload's watch may run ahead of the pods' (separate streams): the
+                # end is settled on the pods as they are now (one list per job end).
+                pods = [
+                    p for p in self.cluster.pods(details["namespace"], name) if owned_by(p, uid)
+                ]
+                view = job_view(workload, pods)
             self._write_ranks(name, view)
             now = time.time()
             if row["cancel_requested"]:
