@@ -108,7 +108,8 @@ class TestKubeflowContract(TestKubernetesContract):
 
 # ---- admit / dry run ------------------------------------------------------------------------
 def test_dry_run_prints_yaml_without_a_cluster(wb_home: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "KUBECONFIG": str(tmp_path / "nowhere"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "nowhere"), "PYTHONPATH": str(REPO),
+           "HOME": str(tmp_path)}  # fmt: skip
     out = subprocess.run(
         [sys.executable, "-m", "workbench.cli", "submit", "--backend", "kubernetes", "--dry-run",
          "--name", "dry", "--workers", "2", "--gpus", "1", "--env", "HF_TOKEN=hf_sekret123",
@@ -120,7 +121,7 @@ def test_dry_run_prints_yaml_without_a_cluster(wb_home: Path, tmp_path: Path) ->
     assert docs[0]["stringData"] == {"HF_TOKEN": "***"} and "hf_sekret123" not in out.stdout
     assert docs[2]["spec"]["completions"] == 2
     assert "nothing was checked against a cluster" in out.stdout
-    assert not (wb_home / "jobs.db").exists() or "dry" not in out.stderr
+    assert JobManager(Settings.load()).list() == []  # the same home: nothing recorded
 
 
 def test_admit_renders_and_warns_without_kubeconfig(wb_home: Path, tmp_path: Path,
@@ -364,3 +365,15 @@ async def test_server_runs_and_lists_the_cluster_job(jp_fetch, jp_server_config)
     assert job["details"]["namespace"] == NS and len(job["ranks"]) == 2
     logs = await jp_fetch("workbench", "api", "jobs", "api-job", "logs", params={"rank": 1})
     assert logs.body.decode().splitlines() == [f"rank 1 line {i}" for i in range(3)]
+
+
+def test_flavor_flag_is_short_for_the_backend_option(
+    wb_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))  # no cluster: nothing checked
+    env_args = ("--backend", "kubernetes", "--dry-run", "--name", "fl", "-o", "json")
+    out = cli("submit", *env_args, "--flavor", "kubeflow", "--", "python", "x.py")
+    assert out.returncode == 0, out.stderr
+    assert [m["kind"] for m in json.loads(out.stdout)["manifests"]] == ["PyTorchJob"]
+    bad = cli("submit", *env_args, "--flavor", "volcano", "--", "python", "x.py")
+    assert bad.returncode == 2 and "backend_options.flavor" in bad.stderr
