@@ -62,7 +62,7 @@ class KubernetesBackend(Backend):
         self.kube: KubeSettings = load_settings(self.settings.kubernetes)
         self.cluster = Cluster(self.kube)
         self._pod_logs = PodLogs(self.cluster)
-        self.sync = JobSync(self.store, self.cluster, self._pod_logs.text)
+        self.sync = JobSync(self.store, self.cluster, self._pod_logs.save)
         self._trackers: dict[str, NamespaceTracker] = {}
         self._lock = threading.Lock()
 

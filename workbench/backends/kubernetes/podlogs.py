@@ -1,9 +1,13 @@
-"""Rank logs read from pods (minimal; lane k8sl's logs.py replaces the pod reading with
-its follower and copier): earlier attempts' logs saved in the job folder, then the
-current pod's, one rank or every rank prefixed."""
+"""Rank logs read from pods: earlier attempts' logs saved in the job folder, then the
+current pod's, one rank or every rank prefixed.
+
+Where lane k8sl's ``logcopy`` module is present (its follower, metric splitting and the
+copier that saves logs when an attempt ends), ``logs``/``save`` go through it; the minimal
+reader below serves until it is merged."""
 
 from __future__ import annotations
 
+import importlib
 import queue
 import threading
 import time
@@ -24,6 +28,14 @@ from .tracker import owned_by
 if TYPE_CHECKING:
     from .backend import KubernetesBackend
 
+_logcopy: Any  # lane k8sl's logs.py + logcopy.py, where merged
+try:
+    _logcopy = importlib.import_module(f"{__package__}.logcopy")
+except ModuleNotFoundError as e:
+    if e.name != f"{__package__}.logcopy":
+        raise
+    _logcopy = None
+
 READ_TIMEOUT = 2.0  # a followed stream silent this long is re-checked (pod gone? stop set?)
 
 
@@ -43,6 +55,30 @@ class PodLogs:
             )
         except (ApiException, *UNREACHABLE):
             return ""
+
+    def save(
+        self, namespace: str, job_dir: str, pods_by_rank: dict[int, str], attempt: int
+    ) -> None:
+        """Copy each rank's log of ``attempt`` into the job folder (before a gang retry
+        deletes the pods, and when the job ends)."""
+        if _logcopy is not None:
+            _logcopy.LogCopier(self.cluster.core, namespace, Path(job_dir)).copy(
+                pods_by_rank, attempt
+            )
+            return
+        files = JobFiles(Path(job_dir))
+        for rank, pod in sorted(pods_by_rank.items()):
+            text = self.text(namespace, pod)
+            with files.open_log(rank, attempt) as f:
+                f.write(text.encode())
+
+    def pods_by_rank(self, record: JobRecord) -> dict[int, str]:
+        """Rank -> the current attempt's pod."""
+        d = record.details
+        pods = [
+            p for p in self.cluster.pods(d["namespace"], record.name) if owned_by(p, d.get("uid"))
+        ]
+        return {r: v.pod for r, v in ranks_of(pods).items()}
 
     def _pod(self, record: JobRecord, rank: int) -> dict[str, Any] | None:
         d = record.details
@@ -122,6 +158,14 @@ class PodLogs:
     def lines(self, backend: KubernetesBackend, record: JobRecord, rank: int | None, follow: bool,
               tail: int | None, stop: threading.Event | None) -> Iterator[str]:  # fmt: skip
         """One rank, or every rank merged (each line prefixed with its rank)."""
+        if _logcopy is not None and record.job_dir:
+            yield from _logcopy.job_logs(
+                self.cluster.core, record.details["namespace"], Path(record.job_dir),
+                lambda: self.pods_by_rank(record), rank, follow, tail, stop,
+                attempt=record.attempt, world=record.workers,
+                finished=lambda: backend.get(record.name).status.terminal,
+            )  # fmt: skip
+            return
         if rank is not None:
             yield from self.rank_lines(backend, record, rank, follow, tail, stop)
             return

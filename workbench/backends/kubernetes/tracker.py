@@ -11,6 +11,7 @@ Jobs, PyTorchJobs, Events) and calls ``sync`` from the watch threads.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import threading
@@ -21,14 +22,18 @@ from typing import Any
 
 from ...spec import JobEvent, JobStatus, RankState
 from ...store import JobStore
-from .._jobfiles import JobFiles
 from . import watch
 from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster, raw_json
 from .manifests import LABEL_JOB
 from .status import JobView, RankView, job_view
 
 log = logging.getLogger(__name__)
-WORKLOAD_FILE = "workload.json"  # the workload as first created: a retry creates it again
+WORKLOAD_FILE = "workload.json"
+# The copier of lane k8sl also copies when a job ends (its reader then prefers the copies);
+# the minimal reader in podlogs.py reads finished pods directly.
+_COPY_AT_END = (
+    importlib.util.find_spec(__package__ + ".logcopy") is not None
+)  # the workload as first created: a retry creates it again
 
 
 def owned_by(obj: dict[str, Any], uid: str | None) -> bool:
@@ -41,12 +46,12 @@ def owned_by(obj: dict[str, Any], uid: str | None) -> bool:
 class JobSync:
     """Writes job state into the store; one per backend, calls serialised."""
 
-    def __init__(
-        self, store: JobStore, cluster: Cluster, pod_log: Callable[[str, str], str]
-    ) -> None:
+    def __init__(self, store: JobStore, cluster: Cluster,
+                 save_logs: Callable[[str, str, dict[int, str], int], None]) -> None:  # fmt: skip
         self.store = store
         self.cluster = cluster
-        self.pod_log = pod_log  # (namespace, pod) -> its log text (saved on a gang retry)
+        # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder
+        self.save_logs = save_logs
         self.lock = threading.RLock()
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
@@ -118,6 +123,10 @@ class JobSync:
                 self._restart(name, row, view)
                 return
             level = "info" if view.status is JobStatus.SUCCEEDED else "error"
+            if _COPY_AT_END and details.get("job_dir"):
+                with contextlib.suppress(Exception):  # logs outlive pod garbage collection
+                    self.save_logs(details["namespace"], details["job_dir"],
+                                   {r: v.pod for r, v in view.ranks.items()}, int(row["attempt"]))  # fmt: skip
             self.store.finish_if_active(name, view.status, view.message,
                                         JobEvent(now, view.status.value, view.message, level),
                                         RankState.STOPPED)  # fmt: skip
@@ -139,10 +148,10 @@ class JobSync:
         details, ns = row["details"], row["details"]["namespace"]
         attempt = int(row["attempt"])
         retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
-        files = JobFiles(Path(details["job_dir"]))
-        for rank, v in view.ranks.items():  # the attempt's logs outlive its pods
-            with contextlib.suppress(Exception), files.open_log(rank, attempt) as f:
-                f.write(self.pod_log(ns, v.pod).encode())
+        with contextlib.suppress(Exception):  # the attempt's logs outlive its pods
+            self.save_logs(
+                ns, details["job_dir"], {r: v.pod for r, v in view.ranks.items()}, attempt
+            )
         # The Secret and Service belong to the workload: free them so they outlive it.
         for kind, obj in (("Service", details.get("service")), ("Secret", details.get("secret"))):
             if obj:
