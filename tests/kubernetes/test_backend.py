@@ -38,7 +38,8 @@ def write_kubeconfig(path: Path, url: str) -> Path:
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
         "clusters": [{"name": "fake", "cluster": {"server": url}}],
         "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}},
+                     {"name": "other", "context": {"cluster": "fake", "user": "u"}}],
     }))  # fmt: skip
     return path
 
@@ -193,7 +194,7 @@ def test_launch_creates_owned_objects_and_is_idempotent(
 ) -> None:
     s = spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
     first = jobs.submit(s)
-    assert first.status is JobStatus.PENDING
+    assert first.status in (JobStatus.PENDING, JobStatus.RUNNING)  # the watch may be quick
     assert {k: first.details[k] for k in ("namespace", "kind", "flavor")} == {
         "namespace": NS, "kind": "Job", "flavor": "indexed"}  # fmt: skip
     job = client.BatchV1Api(api_client).read_namespaced_job("idem", NS)
@@ -377,3 +378,14 @@ def test_flavor_flag_is_short_for_the_backend_option(
     assert [m["kind"] for m in json.loads(out.stdout)["manifests"]] == ["PyTorchJob"]
     bad = cli("submit", *env_args, "--flavor", "volcano", "--", "python", "x.py")
     assert bad.returncode == 2 and "backend_options.flavor" in bad.stderr
+
+
+def test_context_option_runs_the_job_through_that_context(jobs: JobManager) -> None:
+    jobs.submit(spec(["python", "fail_rank.py"], name="ctx", env={"FAIL_RANK": "9"},
+                     backend_options={"context": "other"}))  # fmt: skip
+    done = jobs.wait("ctx", timeout=60)
+    assert done.status is JobStatus.SUCCEEDED and done.details["context"] == "other"
+    assert list(jobs.logs("ctx", rank=1)) == ["rank 1 attempt 1 started", "rank 1 finished"]
+    with pytest.raises(SpecError) as e:
+        jobs.admit(spec(["python", "x.py"], name="nope", backend_options={"context": "missing"}))
+    assert e.value.field == "backend_options.context"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ...catalog import Catalog, load_catalog
-from ...errors import JobNotFoundError, SpecError, SubmitError
+from ...errors import BackendUnavailableError, JobNotFoundError, SpecError, SubmitError
 from ...plan import Placement, Plan
 from ...settings import Settings, make_private_dir
 from ...spec import JobEvent, JobRecord, JobStatus, TrainSpec
@@ -60,11 +60,25 @@ class KubernetesBackend(Backend):
         (self.home / "jobs").mkdir(exist_ok=True, mode=0o700)
         self.store = store if store is not None else JobStore(self.home / "jobs.db")
         self.kube: KubeSettings = load_settings(self.settings.kubernetes)
-        self.cluster = Cluster(self.kube)
-        self._pod_logs = PodLogs(self.cluster)
-        self.sync = JobSync(self.store, self.cluster, self._pod_logs.save)
-        self._trackers: dict[str, NamespaceTracker] = {}
         self._lock = threading.Lock()
+        # One client (and its log reader and store writer) per kubeconfig context in use.
+        self._contexts: dict[str | None, tuple[Cluster, PodLogs, JobSync]] = {}
+        self.cluster, self._pod_logs, self.sync = self._context(None)
+        self._trackers: dict[tuple[str | None, str], NamespaceTracker] = {}
+
+    def _context(self, context: str | None) -> tuple[Cluster, PodLogs, JobSync]:
+        """The client, log reader and store writer for ``context`` (None: the configured)."""
+        key = None if context in (None, self.kube.context) else context
+        with self._lock:
+            if key not in self._contexts:
+                cluster = Cluster(self.kube, key)
+                logs = PodLogs(cluster)
+                self._contexts[key] = (cluster, logs, JobSync(self.store, cluster, logs.save))
+            return self._contexts[key]
+
+    def _of(self, record: JobRecord) -> tuple[Cluster, PodLogs, JobSync]:
+        """The client, log reader and store writer of the context ``record`` runs in."""
+        return self._context(record.details.get("context"))
 
     # ---- admit / launch -------------------------------------------------------------------
     def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -86,10 +100,13 @@ class KubernetesBackend(Backend):
         if spec.runtime not in ("auto", "pod"):
             raise SpecError("runtime", f"{spec.runtime} is a local runtime",
                             "the kubernetes backend runs pods: use --runtime pod or leave it out")  # fmt: skip
-        if options.get("context") and options["context"] != self.kube.context:
-            cluster = Cluster(self.kube, options["context"])
-        else:
-            cluster = self.cluster
+        cluster = self._context(options.get("context"))[0]
+        if options.get("context") and cluster.configured:
+            try:
+                cluster.api  # noqa: B018 - loads the kubeconfig's context, contacts nothing
+            except BackendUnavailableError as e:
+                raise SpecError("backend_options.context", e.detail,
+                                "use a context of your kubeconfig (kubectl config get-contexts)") from None  # fmt: skip
         name = spec.name or self._new_name(spec)
         if len(name) > MAX_NAME or not DNS1123_LABEL.match(name):
             raise SpecError("name", f"{name!r} cannot name a cluster job",
@@ -169,7 +186,7 @@ class KubernetesBackend(Backend):
                 "rendered": rendered,
                 "flavor": flavor,
                 "hash": digest,
-                "cluster": cluster,
+                "context": options.get("context"),
             },
         )
 
@@ -195,7 +212,10 @@ class KubernetesBackend(Backend):
             raise SubmitError(self.name, f"the plan is for backend {plan.backend!r}")
         rendered: RenderedJob = plan.backend_state["rendered"]
         flavor, digest = plan.backend_state["flavor"], plan.backend_state["hash"]
-        cluster: Cluster = plan.backend_state.get("cluster") or self.cluster
+        context = plan.backend_state.get("context")
+        if context == self.kube.context:
+            context = None
+        cluster = self._context(context)[0]
         ns, name, kind = rendered.namespace, rendered.name, rendered.manifests[-1]["kind"]
         existing = self._existing(cluster, ns, kind, name, digest)
         if existing is not None:
@@ -209,7 +229,7 @@ class KubernetesBackend(Backend):
             image=plan.image, runtime="pod", price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
             details={"runtime": "pod", "namespace": ns, "kind": kind, "flavor": flavor,
-                     "spec_hash": digest, "service": svc, "secret": secret},
+                     "spec_hash": digest, "service": svc, "secret": secret, "context": context},
             events=[JobEvent(time.time(), "Submitted",
                              f"{spec.workers} worker(s) x {spec.procs_per_worker or 1} process(es) "
                              f"as a {kind} ({flavor}) in namespace {ns}")],
@@ -244,7 +264,7 @@ class KubernetesBackend(Backend):
                                 f"pick another --name, or `workbench delete {name}` first") from None  # fmt: skip
             raise
         self.store.update(name, details={"uid": workload["metadata"]["uid"]})
-        tracker = self._tracker(ns, cluster)
+        tracker = self._tracker(ns, context)
         if tracker is not None:
             tracker._sync(name, gone=False)  # what the watch saw before the row existed
         return self.get(name)
@@ -272,13 +292,14 @@ class KubernetesBackend(Backend):
         return None
 
     # ---- status ---------------------------------------------------------------------------
-    def _tracker(self, namespace: str, cluster: Cluster | None = None) -> NamespaceTracker | None:
+    def _tracker(self, namespace: str, context: str | None = None) -> NamespaceTracker | None:
         """The running watches of ``namespace`` (started now if needed; None: no cluster)."""
-        cluster = cluster or self.cluster
+        cluster, _, sync = self._context(context)
         if not cluster.configured:
             return None
+        key = (context, namespace)
         with self._lock:
-            tracker = self._trackers.get(namespace)
+            tracker = self._trackers.get(key)
             if tracker is None or not tracker.alive:
                 if tracker is not None:
                     tracker.stop()
@@ -287,18 +308,21 @@ class KubernetesBackend(Backend):
                     # abort the process (a CLI exits right after submit): stop them first.
                     atexit.register(self.stop_watches)
                 try:
-                    tracker = NamespaceTracker(cluster, namespace, self.sync).start()
+                    tracker = NamespaceTracker(cluster, namespace, sync).start()
                 except Exception:  # no cluster now: get() reads once instead
                     return None
-                self._trackers[namespace] = tracker
+                self._trackers[key] = tracker
             return tracker
 
     def reconcile(self) -> int:
         """Make sure every namespace with an active job has its watches running (the watch
         threads write the changes themselves); returns 0."""
-        for ns in {r["details"].get("namespace") for r in self.store.active_rows(self.name)}:
+        rows = self.store.active_rows(self.name)
+        for context, ns in {
+            (r["details"].get("context"), r["details"].get("namespace")) for r in rows
+        }:
             if ns:
-                self._tracker(ns)
+                self._tracker(ns, context)
         return 0
 
     def stop_watches(self) -> None:
@@ -307,13 +331,15 @@ class KubernetesBackend(Backend):
             trackers, self._trackers = list(self._trackers.values()), {}
         for t in trackers:
             t.stop()
-        with self.sync.lock:  # a write under way finishes before the process goes
-            pass
+        for _, _, sync in list(self._contexts.values()):
+            with sync.lock:  # a write under way finishes before the process goes
+                pass
 
     def close(self) -> None:
         """Stop every watch and close the client."""
         self.stop_watches()
-        self.cluster.close()
+        for cluster, _, _ in list(self._contexts.values()):
+            cluster.close()
 
     def get(self, name: str) -> JobRecord:
         """The stored record; read once from the cluster when no watch keeps it current."""
@@ -321,7 +347,7 @@ class KubernetesBackend(Backend):
         if record is None or record.backend != self.name:
             raise JobNotFoundError(self.name, name)
         ns = record.details.get("namespace", "")
-        tracker = self._trackers.get(ns)
+        tracker = self._trackers.get((record.details.get("context"), ns))
         if not record.status.terminal and (tracker is None or not tracker.alive):
             self._read_once(record)
             record = self.store.get(name) or record
@@ -329,14 +355,15 @@ class KubernetesBackend(Backend):
 
     def _read_once(self, record: JobRecord) -> None:
         d = record.details
-        if not self.cluster.configured:
+        cluster, _, sync = self._of(record)
+        if not cluster.configured:
             return
         try:
-            workload = self.cluster.workload(d["namespace"], d["kind"], record.name)
-            pods = self.cluster.pods(d["namespace"], record.name)
+            workload = cluster.workload(d["namespace"], d["kind"], record.name)
+            pods = cluster.pods(d["namespace"], record.name)
         except (SubmitError, *UNREACHABLE):
             return  # the cluster is away: the stored record is the best answer
-        self.sync.sync(record.name, workload, pods, gone=workload is None, fresh=True)
+        sync.sync(record.name, workload, pods, gone=workload is None, fresh=True)
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Record Cancelling and delete the workload in the foreground; returns at once
@@ -348,12 +375,13 @@ class KubernetesBackend(Backend):
         self.store.request_cancel(name, JobEvent(time.time(), "Cancelling",
                                                  f"deleting {d['kind']} {name} (foreground)",
                                                  "warning"))  # fmt: skip
+        cluster, _, sync = self._of(record)
         try:
-            deleted = self.cluster.delete_workload(d["namespace"], d["kind"], name)
+            deleted = cluster.delete_workload(d["namespace"], d["kind"], name)
         except UNREACHABLE as e:
             raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
         if not deleted:  # already gone (a retry between attempts): nothing left to stop
-            self.sync.sync(name, None, [], gone=True)
+            sync.sync(name, None, [], gone=True)
         deadline = time.monotonic() + max(0.0, wait)
         record = self.store.get(name) or record
         while wait > 0 and not record.status.terminal and time.monotonic() < deadline:
@@ -371,11 +399,12 @@ class KubernetesBackend(Backend):
         if record.job_dir:
             shutil.rmtree(record.job_dir, ignore_errors=True)
         d = record.details
-        if self.cluster.configured and d.get("namespace"):
+        cluster = self._of(record)[0]
+        if cluster.configured and d.get("namespace"):
             for kind, obj in (("Secret", d.get("secret")), ("Service", d.get("service")),
                               (d.get("kind", "Job"), name)):  # fmt: skip
                 if obj:
-                    self.cluster.delete_quietly(d["namespace"], kind, obj)
+                    cluster.delete_quietly(d["namespace"], kind, obj)
 
     def rerun_spec(self, name: str) -> TrainSpec:
         """The job's spec with the credentials saved at submit."""
@@ -391,7 +420,7 @@ class KubernetesBackend(Backend):
         """One rank's lines (earlier attempts' saved logs, then its pod's), or every rank's
         prefixed; follow goes on until the rank's pod ends or ``stop`` is set."""
         record = self.get(name)
-        return self._pod_logs.lines(self, record, rank, follow, tail, stop)
+        return self._of(record)[1].lines(self, record, rank, follow, tail, stop)
 
     # ---- nodes ----------------------------------------------------------------------------
     def nodes(self) -> builtins.list[NodeInfo]:
