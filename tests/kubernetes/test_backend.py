@@ -272,6 +272,8 @@ def test_nodes_and_capabilities(jobs: JobManager) -> None:
     held = [h.to_dict() for n in nodes.values() for g in n.gpus for h in g.holders]
     assert sorted(h["rank"] for h in held) == [0, 1] and {h["job"] for h in held} == {"holder"}
     assert sum(len(n.gpus) for n in nodes.values()) == 4
+    on_a = [j.to_dict() for j in nodes["node-a"].active_jobs]
+    assert on_a == [{"name": "holder", "status": "Running", "gpus_total": 2.0}]  # both on node-a
     caps = jobs.backend("kubernetes").capabilities().to_dict()
     assert caps["runtimes"] == ["pod"] and caps["flavours"] == ["indexed", "kubeflow"]
 
@@ -389,3 +391,25 @@ def test_context_option_runs_the_job_through_that_context(jobs: JobManager) -> N
     with pytest.raises(SpecError) as e:
         jobs.admit(spec(["python", "x.py"], name="nope", backend_options={"context": "missing"}))
     assert e.value.field == "backend_options.context"
+
+
+def test_job_view_follows_gang_semantics() -> None:
+    from workbench.backends.kubernetes.status import job_view
+
+    def pod(rank: int, phase: str, code: int | None = None) -> dict[str, object]:
+        kind = "master" if rank == 0 else "worker"
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {"metadata": {"name": f"j-{kind}-{max(0, rank - 1)}", "labels": {
+                    "training.kubeflow.org/replica-type": kind,
+                    "training.kubeflow.org/replica-index": str(max(0, rank - 1))}},
+                "spec": {"containers": [{"name": "pytorch"}], "nodeName": "n"},
+                "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": state}]}}  # fmt: skip
+
+    succeeded = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    # The operator calls a PyTorchJob Succeeded with its Master; a failed Worker fails the gang.
+    view = job_view(succeeded, [pod(0, "Succeeded", 0), pod(1, "Failed", 4)])
+    assert (view.status, view.message) == (JobStatus.FAILED, "rank 1 exited with code 4")
+    view = job_view(succeeded, [pod(0, "Succeeded", 0), pod(1, "Succeeded", 0)])
+    assert view.status is JobStatus.SUCCEEDED
+    assert job_view(None, [pod(0, "Running"), pod(1, "Pending")]).status is JobStatus.RUNNING
+    assert job_view({}, [pod(0, "Pending")]).status is JobStatus.PENDING

@@ -431,9 +431,9 @@ class KubernetesBackend(Backend):
             nodes, pods = self.cluster.nodes(), self.cluster.all_pods()
         except UNREACHABLE as e:
             raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
-        statuses = {r.name: r.status.value for r in self.store.list(backend=self.name,
-                                                                     with_events=False)}  # fmt: skip
-        return capacity.node_infos(nodes, pods, statuses)
+        known = {r.name: (r.status.value, r.gpus_total)
+                 for r in self.store.list(backend=self.name, with_events=False)}  # fmt: skip
+        return capacity.node_infos(nodes, pods, known)
 
     def capabilities(self) -> Capabilities:
         """Pods, whole GPUs, the mount schemes the manifests support, and the flavours the

@@ -62,8 +62,9 @@ def check_gang(nodes: list[dict[str, Any]], spec: TrainSpec, selector: Mapping[s
 
 
 def node_infos(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
-               statuses: Mapping[str, str]) -> list[NodeInfo]:  # fmt: skip
-    """NodeInfo per node: allocatable GPUs, each held by a job's rank where a pod has it."""
+               jobs_known: Mapping[str, tuple[str, float]]) -> list[NodeInfo]:  # fmt: skip
+    """NodeInfo per node: allocatable GPUs, each held by a job's rank where a pod has it;
+    ``jobs_known`` gives each stored job's (status, GPUs in the whole job)."""
     by_node: dict[str, list[dict[str, Any]]] = {}
     for p in pods:
         by_node.setdefault(p["spec"]["nodeName"], []).append(p)
@@ -101,7 +102,7 @@ def node_infos(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
             cpu_count=int(quantity(alloc_cpu.get("cpu", 0))) or None,
             memory_total=int(quantity(alloc_cpu.get("memory", 0))) or None,
             gpus=gpus, gpu_reason=reason,
-            active_jobs=tuple(NodeJob(j, statuses.get(j, "Running"), g) for j, g in sorted(jobs.items())),
+            active_jobs=tuple(NodeJob(j, *jobs_known.get(j, ("Running", g))) for j, g in sorted(jobs.items())),
             labels=dict(labels),
         ))  # fmt: skip
     return out
