@@ -413,3 +413,17 @@ def test_job_view_follows_gang_semantics() -> None:
     assert view.status is JobStatus.SUCCEEDED
     assert job_view(None, [pod(0, "Running"), pod(1, "Pending")]).status is JobStatus.RUNNING
     assert job_view({}, [pod(0, "Pending")]).status is JobStatus.PENDING
+
+
+def test_rerun_keeps_the_credentials(jobs: JobManager, api_client: client.ApiClient) -> None:
+    import base64
+
+    jobs.submit(spec(["python", "fail_rank.py"], name="orig", workers=1,
+                     env={"FAIL_RANK": "9", "HF_TOKEN": "hf_rerun_secret_1"}))  # fmt: skip
+    assert jobs.wait("orig", timeout=60).status is JobStatus.SUCCEEDED
+    again = jobs.rerun("orig")
+    assert again.name == "orig-r1" and again.backend == "kubernetes"
+    secret = client.CoreV1Api(api_client).read_namespaced_secret("orig-r1-credentials", NS)
+    assert base64.b64decode(secret.data["HF_TOKEN"]).decode() == "hf_rerun_secret_1"
+    assert "hf_rerun_secret_1" not in json.dumps(jobs.get("orig-r1").to_dict())
+    assert jobs.wait("orig-r1", timeout=60).status is JobStatus.SUCCEEDED
