@@ -38,6 +38,7 @@ from .tracker import WORKLOAD_FILE, JobSync, NamespaceTracker
 
 SPEC_HASH = "workbench.io/spec-hash"
 MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
+SETTLE = 10.0  # seconds a follower waits after the last pod's log for the job's end
 DATA_SCHEMES = ("pvc", "nas", "s3", "s3a", "oss")
 
 
@@ -418,9 +419,17 @@ class KubernetesBackend(Backend):
     def logs(self, name: str, rank: int | None = 0, follow: bool = False, tail: int | None = None,
              stop: threading.Event | None = None) -> Iterator[str]:  # fmt: skip
         """One rank's lines (earlier attempts' saved logs, then its pod's), or every rank's
-        prefixed; follow goes on until the rank's pod ends or ``stop`` is set."""
+        prefixed; follow goes on until the job ends or ``stop`` is set."""
         record = self.get(name)
-        return self._of(record)[1].lines(self, record, rank, follow, tail, stop)
+        yield from self._of(record)[1].lines(self, record, rank, follow, tail, stop)
+        if follow:
+            # The pods' logs end as the pods do; the job ends once the watch has written it
+            # (or a retry starts). A follower returns when the job it followed has ended.
+            deadline = time.monotonic() + SETTLE
+            while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
+                if self.get(name).status.terminal:
+                    return
+                time.sleep(0.05)
 
     # ---- nodes ----------------------------------------------------------------------------
     def nodes(self) -> builtins.list[NodeInfo]:
