@@ -212,14 +212,22 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 1
 
 
-def test_unschedulable_job_shows_the_event_and_stays_pending(jobs: JobManager) -> None:
+def test_unschedulable_job_shows_the_event_and_stays_pending(
+    jobs: JobManager, kube_fake: FakeKubeAPIServer
+) -> None:
     jobs.submit(spec(["python", "sleeper.py"], name="hog", gpus=2, workers=2))
     wait_for(lambda: len([r for r in jobs.get("hog").ranks if r.state is RankState.RUNNING]) == 2,
              timeout=60, what="hog running")  # fmt: skip
     jobs.submit(spec(["python", "sleeper.py"], name="starved", gpus=1, workers=1))
     t0 = time.monotonic()
-    wait_for(lambda: "FailedScheduling" in [e.reason for e in jobs.get("starved").events],
-             timeout=10, what="the scheduling event")  # fmt: skip
+    try:
+        wait_for(lambda: "FailedScheduling" in [e.reason for e in jobs.get("starved").events],
+                 timeout=10, what="the scheduling event")  # fmt: skip
+    except AssertionError:  # say where it stopped: on the server, or on the way to the store
+        on_server = [e["reason"] for e in kube_fake.state.list(("", "v1", "events"), NS)[0]]
+        trackers = jobs.backend("kubernetes")._trackers.values()  # type: ignore[attr-defined]
+        stats = [(w._name, w.stats) for t in trackers for w in t.watches]
+        raise AssertionError(f"events on the server: {on_server}; watches: {stats}") from None
     took = time.monotonic() - t0
     record = jobs.get("starved")
     event = next(e for e in record.events if e.reason == "FailedScheduling")
