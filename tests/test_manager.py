@@ -127,7 +127,7 @@ def test_unknown_backend_is_a_spec_error_listing_the_known_ones(manager, ledger)
     with pytest.raises(SpecError, match="backend") as e:
         manager.submit(spec)
     assert "local" in str(e.value) and "ledger" in str(e.value)
-    with pytest.raises(SpecError, match="use one of local, ledger"):
+    with pytest.raises(SpecError, match="use one of local, kubernetes, ledger"):
         manager.backend("nope")
 
 

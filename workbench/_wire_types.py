@@ -34,7 +34,7 @@ MonitorStateName = Literal[
     "ok", "no_library", "no_driver", "no_gpu", "no_permission", "disabled", "error", "unavailable"
 ]
 FrameworkName = Literal["pytorch", "tensorflow", "mpi", "plain"]
-RuntimeName = Literal["auto", "process", "container"]
+RuntimeName = Literal["auto", "process", "container", "pod"]
 # The same patterns as spec.DNS1123, spec.MEMORY, _spec_limits.DURATION and ENV_NAME, in
 # the ECMA-262 form JSON Schema uses (no \Z).
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -234,8 +234,8 @@ class TrainSpec(TypedDict):
         Annotated[
             RuntimeName,
             _d(
-                "how the local backend runs workers: auto (containers when an engine answers),"
-                " process or container",
+                "how workers run: auto (local: containers when an engine answers), process or"
+                " container (local), pod (kubernetes)",
                 default="auto",
             ),
         ]

@@ -162,6 +162,11 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
             plan = m.admit(spec)
             if ns.fmt == "json":
                 _print_json(plan.to_dict())
+            elif plan.manifests:  # a cluster backend: what would be sent, as YAML documents
+                import yaml
+
+                print("".join(f"# {line}\n" for line in plan.describe().splitlines()), end="")
+                print(yaml.safe_dump_all(plan.manifests, sort_keys=False), end="")
             else:
                 print(plan.describe())
             return 0

@@ -101,13 +101,18 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
         help="an option of the chosen backend (repeatable), e.g. runtime=process (local)",
     )
     p.add_argument(
+        "--flavor",
+        help="kubernetes backend: indexed (a batch/v1 Indexed Job) or kubeflow (a PyTorchJob); "
+        "short for --backend-opt flavor=...",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="run every check and show where the job would run; create nothing",
     )
     p.add_argument(
         "--runtime",
-        choices=["auto", "process", "container"],
+        choices=["auto", "process", "container", "pod"],
         help="local backend: workers as containers (Docker/Podman) or processes; "
         "auto (default) picks containers when a container engine answers",
     )
@@ -196,6 +201,8 @@ def spec_from_args(
             **(data.get("backend_options") or {}),
             **parse_backend_options(ns.backend_options),
         }
+    if getattr(ns, "flavor", None):
+        data["backend_options"] = {**(data.get("backend_options") or {}), "flavor": ns.flavor}
     command = normalise_command(command)
     if command:
         data["command"] = command

@@ -52,6 +52,8 @@ class Settings:
     local_price_per_hour: float = 0.0
     # Extra credentials/options for data stores, keyed by scheme (read by workbench.data).
     storage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The Kubernetes backend's section (parsed by workbench.backends.kubernetes.config).
+    kubernetes: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
@@ -117,6 +119,10 @@ class Settings:
             if not isinstance(values["storage"], dict):
                 raise SpecError("config.storage", "must be a mapping of scheme to options")
             out.storage = dict(values["storage"])
+        if values.get("kubernetes") is not None:
+            if not isinstance(values["kubernetes"], dict):
+                raise SpecError("config.kubernetes", "must be a mapping of Kubernetes settings")
+            out.kubernetes = dict(values["kubernetes"])
         return out
 
 

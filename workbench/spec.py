@@ -62,7 +62,7 @@ RESERVED_ENV = frozenset(
     }
 )
 MOUNT_MODES = ("ro", "rw")
-RUNTIMES = ("auto", "process", "container")  # the local backend's ways to run workers
+RUNTIMES = ("auto", "process", "container", "pod")  # local: process/container; Kubernetes: pod
 _NAME_FIX = (
     "use lowercase letters, digits and '-', starting and ending with a letter "
     "or digit (DNS-1123), e.g. mnist-1"

@@ -46,6 +46,8 @@ PODS = ("", "v1", "pods")
 JOBS = ("batch", "v1", "jobs")
 SERVICES = ("", "v1", "services")
 SECRETS = ("", "v1", "secrets")
+NODES = ("", "v1", "nodes")
+GPU = "nvidia.com/gpu"
 INDEX = "batch.kubernetes.io/job-completion-index"
 ADDRESS_VARS = frozenset({"MASTER_ADDR", "PET_MASTER_ADDR"})  # the contract's host names
 _FIELD = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]\Z")
@@ -66,8 +68,13 @@ def expand(text: str, env: dict[str, str]) -> str:
 class FakeCluster:
     """The controllers and one node's kubelet, reconciling in a daemon thread."""
 
-    def __init__(self, fake: FakeKubeAPIServer, workdir: Path, grace: float = 3.0) -> None:
+    def __init__(self, fake: FakeKubeAPIServer, workdir: Path, grace: float = 3.0,
+                 nodes: dict[str, int] | None = None) -> None:  # fmt: skip
         self.fake, self.state = fake, fake.state
+        # With ``nodes`` (name -> nvidia.com/gpu), Node objects exist and a scheduler binds
+        # each pod to a node with the GPUs it asks for, or records FailedScheduling.
+        self.nodes = nodes
+        self._unschedulable: set[tuple[str, str]] = set()
         self.workdir = workdir
         self.grace = grace
         self.procs: dict[tuple[str, str], subprocess.Popen[bytes]] = {}
@@ -85,6 +92,10 @@ class FakeCluster:
         shim = self.bin / "nslookup"
         shim.write_text(f'#!/bin/sh\ngrep -qxF "$1" {self.dns_file}\n')
         shim.chmod(0o755)
+        for node, gpus in (self.nodes or {}).items():
+            res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus)}
+            self.state.create(NODES, None, {"metadata": {"name": node, "labels": {
+                "kubernetes.io/hostname": node}}, "status": {"capacity": res, "allocatable": res}})  # fmt: skip
         self._thread = threading.Thread(target=self._loop, name="fake-cluster", daemon=True)
         self._thread.start()
         return self
@@ -244,8 +255,37 @@ class FakeCluster:
             if p["metadata"].get("deletionTimestamp"):
                 self._terminate(key, p)
             elif _phase(p) == "Pending" and key not in self.procs and key not in self._starting:
+                node = self._schedule(p)
+                if node is None:
+                    continue
                 self._starting.add(key)
+                if (p.get("spec") or {}).get("nodeName") != node:
+                    p = self.state.patch(PODS, key[0], key[1], {"spec": {"nodeName": node}})
                 threading.Thread(target=self._run_pod, args=(p,), daemon=True).start()
+
+    def _schedule(self, pod: dict[str, Any]) -> str | None:
+        """The node for ``pod`` (GPUs only), or None after a FailedScheduling event."""
+        if not self.nodes:
+            return "fake-node-0"
+        if (pod.get("spec") or {}).get("nodeName"):
+            return str(pod["spec"]["nodeName"])
+        key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        used = dict.fromkeys(self.nodes, 0)
+        for p in self.state.list(PODS, None)[0]:
+            node = (p.get("spec") or {}).get("nodeName")
+            if node in used and _phase(p) in ("Pending", "Running"):
+                used[node] += _gpus(p)
+        need = _gpus(pod)
+        for node, gpus in self.nodes.items():
+            if gpus - used[node] >= need:
+                return node
+        if key not in self._unschedulable:
+            self._unschedulable.add(key)
+            short = sum(1 for n, g in self.nodes.items() if g - used[n] < need)
+            self.fake.record_event(key[0], {"kind": "Pod", "apiVersion": "v1", **pod},
+                                   "FailedScheduling", f"0/{len(self.nodes)} nodes are available: "
+                                   f"{short} Insufficient {GPU}.")  # fmt: skip
+        return None
 
     def _terminate(self, key: tuple[str, str], pod: dict[str, Any]) -> None:
         """Kill the pod's process; release the pod once its runner thread has ended (it
@@ -263,7 +303,6 @@ class FakeCluster:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         key = (ns, name)
         try:
-            self.state.patch(PODS, ns, name, {"spec": {"nodeName": "fake-node-0"}})
             spec = pod.get("spec") or {}
             for c in spec.get("initContainers", []):
                 code = self._run_container(pod, c)
@@ -363,12 +402,18 @@ def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM the process group, SIGKILL it after ``grace`` seconds."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+    # A container ends whole: what is left of the group after the grace (a grandchild
+    # that ignores SIGTERM, holding the log pipe) is killed too, as the runtime would.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(5)
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    return sum(int(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0))
+               for c in (pod.get("spec") or {}).get("containers") or [])  # fmt: skip
 
 
 def _phase(pod: dict[str, Any]) -> str:

@@ -31,6 +31,11 @@ class BackendEntry:
 # install made before it was added). Entry points of the same name take precedence.
 BUILTIN: dict[str, BackendEntry] = {
     "local": BackendEntry("local", "workbench.backends.local:LocalBackend"),
+    "kubernetes": BackendEntry(
+        "kubernetes",
+        "workbench.backends.kubernetes.backend:KubernetesBackend",
+        f"pip install '{DIST}[kubernetes]'",
+    ),
 }
 _registered: dict[str, BackendEntry] = {}
 

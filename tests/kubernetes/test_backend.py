@@ -1,0 +1,437 @@
+"""KubernetesBackend against the fake API server and fake cluster (controllers + a kubelet
+running pods as local processes): the BackendContract, submit/cancel/delete, idempotent
+names, scheduling events, capacity, nodes, config, the CLI and the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from kubernetes import client
+
+from tests.backends.contract import SCRIPTS, BackendContract
+from tests.conftest import wait_for
+from tests.fakes.kube_apiserver import FakeKubeAPIServer
+from tests.fakes.kube_kubelet import FakeCluster
+from workbench.backends import load_backend
+from workbench.errors import BackendUnavailableError, SpecError
+from workbench.manager import JobManager
+from workbench.settings import Settings
+from workbench.spec import JobStatus, RankState, TrainSpec
+
+NS = "team-a"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig whose current context is the fake server."""
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "not-a-secret"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "u"}},
+                     {"name": "other", "context": {"cluster": "fake", "user": "u"}}],
+    }))  # fmt: skip
+    return path
+
+
+@pytest.fixture
+def kube_env(kube_fake: FakeKubeAPIServer, wb_home: Path, tmp_path: Path,
+             monkeypatch: pytest.MonkeyPatch) -> Path:  # fmt: skip
+    """KUBECONFIG at the fake, jobs in namespace team-a."""
+    path = write_kubeconfig(tmp_path / "kubeconfig", kube_fake.url)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.setenv("WORKBENCH_K8S_NAMESPACE", NS)
+    return path
+
+
+@pytest.fixture
+def cluster(kube_fake: FakeKubeAPIServer, tmp_path: Path) -> Iterator[FakeCluster]:
+    """Two nodes of 2 GPUs each, a scheduler, the controllers and a kubelet."""
+    c = FakeCluster(kube_fake, tmp_path / "cluster", grace=2,
+                    nodes={"node-a": 2, "node-b": 2}).start()  # fmt: skip
+    yield c
+    c.stop()
+
+
+def manager_for(flavor: str = "indexed") -> JobManager:
+    """A JobManager whose default backend is kubernetes, flavour set in the config."""
+    return JobManager(Settings.load(backend="kubernetes", kubernetes={"flavor": flavor}))
+
+
+@pytest.fixture
+def jobs(kube_env: Path, cluster: FakeCluster) -> Iterator[JobManager]:
+    """A manager on the fake cluster (Indexed Jobs); cancels what a test leaves running."""
+    m = manager_for()
+    yield m
+    for record in m.list(status=["Pending", "Running", "Cancelling"]):
+        m.cancel(record.name, wait=15)
+    m.backend("kubernetes").close()  # type: ignore[attr-defined]
+
+
+def spec(command: list[str], **kw: object) -> TrainSpec:
+    """A spec running ``command`` in tests/scripts."""
+    return TrainSpec.from_dict({"command": command, "image": "pytorch:2.13-cpu", "workers": 2,
+                                "working_dir": str(SCRIPTS), **kw})  # fmt: skip
+
+
+class TestKubernetesContract(BackendContract):
+    """Every contract case on the kubernetes backend, each rank a pod of an Indexed Job."""
+
+    runtime = "pod"
+
+    @pytest.fixture
+    def jobs(self, jobs: JobManager) -> JobManager:  # type: ignore[override]
+        """The module's manager on the fake cluster."""
+        return jobs
+
+
+class TestKubeflowContract(TestKubernetesContract):
+    """The same cases with each job a PyTorchJob (the training-operator's env)."""
+
+    @pytest.fixture
+    def jobs(self, kube_env: Path, cluster: FakeCluster) -> Iterator[JobManager]:  # type: ignore[override]
+        m = manager_for("kubeflow")
+        yield m
+        for record in m.list(status=["Pending", "Running", "Cancelling"]):
+            m.cancel(record.name, wait=15)
+        m.backend("kubernetes").close()  # type: ignore[attr-defined]
+
+
+# ---- admit / dry run ------------------------------------------------------------------------
+def test_dry_run_prints_yaml_without_a_cluster(wb_home: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "nowhere"), "PYTHONPATH": str(REPO),
+           "HOME": str(tmp_path)}  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "workbench.cli", "submit", "--backend", "kubernetes", "--dry-run",
+         "--name", "dry", "--workers", "2", "--gpus", "1", "--env", "HF_TOKEN=hf_sekret123",
+         "--", "python", "train.py"], env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    docs = list(yaml.safe_load_all(out.stdout))
+    assert [d["kind"] for d in docs] == ["Secret", "Service", "Job"]
+    assert docs[0]["stringData"] == {"HF_TOKEN": "***"} and "hf_sekret123" not in out.stdout
+    assert docs[2]["spec"]["completions"] == 2
+    assert "nothing was checked against a cluster" in out.stdout
+    assert JobManager(Settings.load()).list() == []  # the same home: nothing recorded
+
+
+def test_admit_renders_and_warns_without_kubeconfig(wb_home: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config either
+    m = JobManager(Settings.load(backend="kubernetes"))
+    plan = m.admit(spec(["python", "x.py"], name="a1", env={"API_KEY": "k-123456"}))
+    assert [x["kind"] for x in plan.manifests] == ["Secret", "Service", "Job"]
+    assert "k-123456" not in json.dumps(plan.to_dict())
+    assert any("nothing was checked against a cluster" in w for w in plan.warnings)
+    assert m.list() == []
+
+
+@pytest.mark.parametrize(("options", "field"), [
+    ({"bogus": 1}, "backend_options.bogus"), ({"flavor": "volcano"}, "backend_options.flavor"),
+    ({"namespace": "Team_A"}, "backend_options.namespace")])  # fmt: skip
+def test_bad_backend_options_name_the_key(kube_env: Path, options: dict[str, object],
+                                          field: str) -> None:  # fmt: skip
+    with pytest.raises(SpecError) as e:
+        manager_for().admit(spec(["python", "x.py"], name="opt", backend_options=options))
+    assert e.value.field == field
+
+
+def test_gang_that_can_never_fit_is_refused(jobs: JobManager) -> None:
+    with pytest.raises(SpecError) as e:
+        jobs.admit(spec(["python", "x.py"], name="huge", gpus=4))
+    assert e.value.field == "gpus" and "the most any has is 2" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        jobs.admit(spec(["python", "x.py"], name="wide", gpus=2, workers=3))
+    assert e.value.field == "workers" and "at most 2" in str(e.value)
+    assert jobs.admit(spec(["python", "x.py"], name="fits", gpus=2, workers=2)).warnings == []
+
+
+def test_config_section_places_pods(kube_env: Path, cluster: FakeCluster) -> None:
+    settings = Settings.load(backend="kubernetes", kubernetes={
+        "flavor": "indexed", "service_account": "trainer", "image_pull_secrets": ["reg"],
+        "instance_specs": {"cpu.4x": {"node_selector": {"pool": "cpu"}, "priority_class": "low",
+                                         "tolerations": [{"key": "k", "operator": "Exists"}]}}})  # fmt: skip
+    m = JobManager(settings)
+    s = spec(["python", "x.py"], name="placed", instance_spec="cpu.4x")
+    with pytest.raises(SpecError) as e:  # no node has pool=cpu: never schedulable
+        m.admit(s)
+    assert "no schedulable node" in str(e.value)
+    settings.kubernetes["instance_specs"]["cpu.4x"]["node_selector"] = {}
+    pod = JobManager(settings).admit(s).manifests[-1]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "trainer" and pod["imagePullSecrets"] == [{"name": "reg"}]
+    assert pod["priorityClassName"] == "low" and pod["tolerations"] == [
+        {"key": "k", "operator": "Exists"}
+    ]
+    with pytest.raises(SpecError) as e:
+        JobManager(Settings.load(backend="kubernetes", kubernetes={"nmespace": "x"})).admit(s)
+    assert e.value.field == "kubernetes.nmespace"
+
+
+def test_missing_client_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    for mod in [m for m in sys.modules if m == "kubernetes" or m.startswith(("kubernetes.",
+                "workbench.backends.kubernetes.backend", "workbench.backends.kubernetes.cluster"))]:  # fmt: skip
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
+    with pytest.raises(BackendUnavailableError) as e:
+        load_backend("kubernetes")
+    assert "pip install 'jupyter-gpu-workbench[kubernetes]'" in str(e.value)
+
+
+# ---- launch / status ------------------------------------------------------------------------
+def test_launch_creates_owned_objects_and_is_idempotent(
+    jobs: JobManager, api_client: client.ApiClient
+) -> None:
+    s = spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
+    first = jobs.submit(s)
+    assert first.status in (JobStatus.PENDING, JobStatus.RUNNING)  # the watch may be quick
+    assert {k: first.details[k] for k in ("namespace", "kind", "flavor")} == {
+        "namespace": NS, "kind": "Job", "flavor": "indexed"}  # fmt: skip
+    job = client.BatchV1Api(api_client).read_namespaced_job("idem", NS)
+    assert first.details["uid"] == job.metadata.uid
+    secret = client.CoreV1Api(api_client).read_namespaced_secret("idem-credentials", NS)
+    assert [r.uid for r in secret.metadata.owner_references] == [job.metadata.uid]
+    assert "hf_abcdef123" not in json.dumps(first.to_dict())
+    again = jobs.submit(
+        spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
+    )
+    assert again.name == "idem" and again.created_at == first.created_at
+    with pytest.raises(SpecError) as e:
+        jobs.submit(spec(["python", "sleeper.py", "--other"], name="idem"))
+    assert e.value.field == "name" and "another spec" in str(e.value)
+    assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 1
+
+
+def test_unschedulable_job_shows_the_event_and_stays_pending(
+    jobs: JobManager, kube_fake: FakeKubeAPIServer
+) -> None:
+    jobs.submit(spec(["python", "sleeper.py"], name="hog", gpus=2, workers=2))
+    wait_for(lambda: len([r for r in jobs.get("hog").ranks if r.state is RankState.RUNNING]) == 2,
+             timeout=60, what="hog running")  # fmt: skip
+    jobs.submit(spec(["python", "sleeper.py"], name="starved", gpus=1, workers=1))
+    t0 = time.monotonic()
+    try:
+        wait_for(lambda: "FailedScheduling" in [e.reason for e in jobs.get("starved").events],
+                 timeout=10, what="the scheduling event")  # fmt: skip
+    except AssertionError:  # say where it stopped: on the server, or on the way to the store
+        on_server = [e["reason"] for e in kube_fake.state.list(("", "v1", "events"), NS)[0]]
+        trackers = jobs.backend("kubernetes")._trackers.values()  # type: ignore[attr-defined]
+        stats = [(w._name, w.stats) for t in trackers for w in t.watches]
+        raise AssertionError(f"events on the server: {on_server}; watches: {stats}") from None
+    took = time.monotonic() - t0
+    record = jobs.get("starved")
+    event = next(e for e in record.events if e.reason == "FailedScheduling")
+    assert event.message == "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    assert event.level == "warning" and took < 5
+    assert record.status is JobStatus.PENDING
+    jobs.cancel("hog", wait=30)  # frees the GPUs: the starved job is scheduled and runs
+    wait_for(
+        lambda: jobs.get("starved").status is JobStatus.RUNNING, timeout=60, what="starved runs"
+    )
+
+
+def test_cancel_leaves_no_process_and_delete_forgets(jobs: JobManager, cluster: FakeCluster,
+                                                    api_client: client.ApiClient) -> None:  # fmt: skip
+    jobs.submit(spec(["python", "sleeper.py"], name="gone", env={"TOKEN": "t-0123456789"}))
+    wait_for(lambda: len(cluster.procs) == 2, timeout=60, what="two pod processes")
+    pids = [p.pid for p in cluster.procs.values()]
+    assert jobs.cancel("gone", wait=0).status in (JobStatus.CANCELLING, JobStatus.CANCELLED)
+    done = jobs.wait("gone", timeout=60)
+    assert done.status is JobStatus.CANCELLED and {r.state for r in done.ranks} == {
+        RankState.STOPPED
+    }
+    assert not [p for p in pids if psutil.pid_exists(p)
+                and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+    with pytest.raises(client.ApiException):
+        client.BatchV1Api(api_client).read_namespaced_job("gone", NS)
+    jobs.delete("gone")
+    assert [r.name for r in jobs.list()] == []
+    with pytest.raises(client.ApiException):
+        client.CoreV1Api(api_client).read_namespaced_secret("gone-credentials", NS)
+
+
+def test_get_without_a_watch_reads_once(kube_env: Path, cluster: FakeCluster) -> None:
+    m = manager_for()
+    m.submit(spec(["python", "fail_rank.py"], name="once", env={"FAIL_RANK": "9"}))
+    m.backend("kubernetes").close()  # type: ignore[attr-defined]
+    other = manager_for()  # another process: no watch; get() reads the cluster
+    wait_for(lambda: other.get("once").status is JobStatus.SUCCEEDED, timeout=60, what="success")
+    assert not other.backend("kubernetes")._trackers  # type: ignore[attr-defined]
+    other.reconcile()  # the server's tick starts the namespace's watches for active jobs only
+    assert not other.backend("kubernetes")._trackers  # type: ignore[attr-defined]
+
+
+def test_nodes_and_capabilities(jobs: JobManager) -> None:
+    jobs.submit(spec(["python", "sleeper.py"], name="holder", gpus=1, workers=2))
+    wait_for(lambda: len([r for r in jobs.get("holder").ranks if r.state is RankState.RUNNING]) == 2,
+             timeout=60, what="holder running")  # fmt: skip
+    nodes = {n.name: n for n in jobs.nodes(backend="kubernetes")}
+    assert sorted(nodes) == ["node-a", "node-b"]
+    held = [h.to_dict() for n in nodes.values() for g in n.gpus for h in g.holders]
+    assert sorted(h["rank"] for h in held) == [0, 1] and {h["job"] for h in held} == {"holder"}
+    assert sum(len(n.gpus) for n in nodes.values()) == 4
+    on_a = [j.to_dict() for j in nodes["node-a"].active_jobs]
+    assert on_a == [{"name": "holder", "status": "Running", "gpus_total": 2.0}]  # both on node-a
+    caps = jobs.backend("kubernetes").capabilities().to_dict()
+    assert caps["runtimes"] == ["pod"] and caps["flavours"] == ["indexed", "kubeflow"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flavor", ["indexed", "kubeflow"])
+def test_two_worker_torch_ddp_through_the_manager(kube_env: Path, cluster: FakeCluster,
+                                                  flavor: str) -> None:  # fmt: skip
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = JobManager(Settings.load(backend="kubernetes",
+                                 kubernetes={"flavor": flavor, "master_port": port}))  # fmt: skip
+    try:
+        m.submit(TrainSpec.from_dict({
+            "name": "ddp", "image": "pytorch:2.13-cpu", "workers": 2,
+            "command": ["python", "-m", "workbench.examples.train_ddp", "--epochs", "1", "--steps", "5"]}))  # fmt: skip
+        done = m.wait("ddp", timeout=180)
+        logs = list(m.logs("ddp", rank=None))
+        assert done.status is JobStatus.SUCCEEDED, logs
+        finals = [x for x in logs if " done " in x]
+        assert len(finals) == 2 and all(" world 2 " in x for x in finals), logs
+    finally:
+        m.backend("kubernetes").close()  # type: ignore[attr-defined]
+
+
+# ---- surfaces -------------------------------------------------------------------------------
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``workbench ARGS`` in a fresh process (env: this test's KUBECONFIG and home)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], env=env, cwd=SCRIPTS,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def test_cli_submit_list_get_against_the_fake(kube_env: Path, cluster: FakeCluster) -> None:
+    out = cli("submit", "--backend", "kubernetes", "--name", "cli-job", "--workers", "2",
+              "--env", "FAIL_RANK=9", "--", "python", str(SCRIPTS / "fail_rank.py"))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "job cli-job submitted (kubernetes)" in out.stdout
+
+    def status() -> str:  # each `get` is a new process: no watch, one read of the cluster
+        got = cli("get", "cli-job", "-o", "json")
+        assert got.returncode == 0, got.stderr
+        return str(json.loads(got.stdout)["status"])
+
+    wait_for(lambda: status() == "Succeeded", timeout=90, what="cli-job Succeeded", every=0.5)
+    record = json.loads(cli("get", "cli-job", "-o", "json").stdout)
+    # flavor auto (the default): the fake serves kubeflow.org/v1, so a PyTorchJob
+    assert record["backend"] == "kubernetes" and record["details"]["kind"] == "PyTorchJob"
+    assert [r["state"] for r in record["ranks"]] == ["Succeeded", "Succeeded"]
+    listed = cli("list")
+    assert listed.returncode == 0 and "cli-job" in listed.stdout and "Succeeded" in listed.stdout
+    again = cli("submit", "--backend", "kubernetes", "--name", "cli-job", "--workers", "3",
+                "--", "python", "fail_rank.py")  # fmt: skip
+    assert (
+        again.returncode == 2 and again.stderr.count("\n") == 1 and "error: name:" in again.stderr
+    )
+
+
+@pytest.fixture
+def jp_server_config(kube_env: Path, cluster: FakeCluster) -> dict[str, object]:
+    """Only the workbench extension, a fast tick; the fake cluster behind KUBECONFIG."""
+    return {
+        "ServerApp": {
+            "jpserver_extensions": {"workbench": True, "jupyter_server_terminals": False}
+        },
+        "WorkbenchApp": {"job_poll_interval": 0.1, "api_threads": 8},
+    }
+
+
+async def test_server_runs_and_lists_the_cluster_job(jp_fetch, jp_server_config) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+
+    from tests.server.conftest import validate_response
+
+    spec_ = {"name": "api-job", "backend": "kubernetes", "workers": 2, "working_dir": str(SCRIPTS),
+             "command": ["python", "rank_lines.py"], "env": {"LINES": "3"}}  # fmt: skip
+    r = await jp_fetch("workbench", "api", "jobs", method="POST", body=json.dumps(spec_))
+    assert r.code == 201
+    validate_response(("workbench", "api", "jobs"), "POST", r)
+    deadline = time.monotonic() + 90
+    while True:  # the server's tick (reconcile) runs the namespace's watch: no get() polling
+        r = await jp_fetch("workbench", "api", "jobs")
+        validate_response(("workbench", "api", "jobs"), "GET", r)
+        (job,) = json.loads(r.body)["jobs"]
+        if job["status"] == "Succeeded" or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert (
+        job["name"] == "api-job" and job["backend"] == "kubernetes" and job["status"] == "Succeeded"
+    )
+    assert job["details"]["namespace"] == NS and len(job["ranks"]) == 2
+    logs = await jp_fetch("workbench", "api", "jobs", "api-job", "logs", params={"rank": 1})
+    assert logs.body.decode().splitlines() == [f"rank 1 line {i}" for i in range(3)]
+
+
+def test_flavor_flag_is_short_for_the_backend_option(
+    wb_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nowhere"))  # no cluster: nothing checked
+    env_args = ("--backend", "kubernetes", "--dry-run", "--name", "fl", "-o", "json")
+    out = cli("submit", *env_args, "--flavor", "kubeflow", "--", "python", "x.py")
+    assert out.returncode == 0, out.stderr
+    assert [m["kind"] for m in json.loads(out.stdout)["manifests"]] == ["PyTorchJob"]
+    bad = cli("submit", *env_args, "--flavor", "volcano", "--", "python", "x.py")
+    assert bad.returncode == 2 and "backend_options.flavor" in bad.stderr
+
+
+def test_context_option_runs_the_job_through_that_context(jobs: JobManager) -> None:
+    jobs.submit(spec(["python", "fail_rank.py"], name="ctx", env={"FAIL_RANK": "9"},
+                     backend_options={"context": "other"}))  # fmt: skip
+    done = jobs.wait("ctx", timeout=60)
+    assert done.status is JobStatus.SUCCEEDED and done.details["context"] == "other"
+    assert list(jobs.logs("ctx", rank=1)) == ["rank 1 attempt 1 started", "rank 1 finished"]
+    with pytest.raises(SpecError) as e:
+        jobs.admit(spec(["python", "x.py"], name="nope", backend_options={"context": "missing"}))
+    assert e.value.field == "backend_options.context"
+
+
+def test_job_view_follows_gang_semantics() -> None:
+    from workbench.backends.kubernetes.status import job_view
+
+    def pod(rank: int, phase: str, code: int | None = None) -> dict[str, object]:
+        kind = "master" if rank == 0 else "worker"
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {"metadata": {"name": f"j-{kind}-{max(0, rank - 1)}", "labels": {
+                    "training.kubeflow.org/replica-type": kind,
+                    "training.kubeflow.org/replica-index": str(max(0, rank - 1))}},
+                "spec": {"containers": [{"name": "pytorch"}], "nodeName": "n"},
+                "status": {"phase": phase, "containerStatuses": [{"name": "pytorch", "state": state}]}}  # fmt: skip
+
+    succeeded = {"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}
+    # The operator calls a PyTorchJob Succeeded with its Master; a failed Worker fails the gang.
+    view = job_view(succeeded, [pod(0, "Succeeded", 0), pod(1, "Failed", 4)])
+    assert (view.status, view.message) == (JobStatus.FAILED, "rank 1 exited with code 4")
+    view = job_view(succeeded, [pod(0, "Succeeded", 0), pod(1, "Succeeded", 0)])
+    assert view.status is JobStatus.SUCCEEDED
+    assert job_view(None, [pod(0, "Running"), pod(1, "Pending")]).status is JobStatus.RUNNING
+    assert job_view({}, [pod(0, "Pending")]).status is JobStatus.PENDING
+
+
+def test_rerun_keeps_the_credentials(jobs: JobManager, api_client: client.ApiClient) -> None:
+    import base64
+
+    jobs.submit(spec(["python", "fail_rank.py"], name="orig", workers=1,
+                     env={"FAIL_RANK": "9", "HF_TOKEN": "hf_rerun_secret_1"}))  # fmt: skip
+    assert jobs.wait("orig", timeout=60).status is JobStatus.SUCCEEDED
+    again = jobs.rerun("orig")
+    assert again.name == "orig-r1" and again.backend == "kubernetes"
+    secret = client.CoreV1Api(api_client).read_namespaced_secret("orig-r1-credentials", NS)
+    assert base64.b64decode(secret.data["HF_TOKEN"]).decode() == "hf_rerun_secret_1"
+    assert "hf_rerun_secret_1" not in json.dumps(jobs.get("orig-r1").to_dict())
+    assert jobs.wait("orig-r1", timeout=60).status is JobStatus.SUCCEEDED

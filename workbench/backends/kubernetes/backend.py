@@ -1,0 +1,457 @@
+"""KubernetesBackend: TrainSpecs as Indexed Jobs or PyTorchJobs on a cluster.
+
+admit renders the manifests (manifests.py) and checks the gang against the nodes when a
+cluster is configured; launch creates the Secret, the workload and its Service, and the
+store row. One watch per namespace and resource (tracker.py) writes every status change
+into the store, so the change feed carries cluster jobs as it carries local ones.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import hashlib
+import json
+import secrets
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ...catalog import Catalog, load_catalog
+from ...errors import BackendUnavailableError, JobNotFoundError, SpecError, SubmitError
+from ...plan import Placement, Plan
+from ...settings import Settings, make_private_dir
+from ...spec import JobEvent, JobRecord, JobStatus, TrainSpec
+from ...store import JobStore
+from .._jobfiles import JobFiles
+from ..base import Backend, Capabilities, NodeInfo
+from . import capacity
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster
+from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
+from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
+from .podlogs import PodLogs
+from .tracker import WORKLOAD_FILE, JobSync, NamespaceTracker
+
+SPEC_HASH = "workbench.io/spec-hash"
+MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
+SETTLE = 10.0  # seconds a follower waits after the last pod's log for the job's end
+DATA_SCHEMES = ("pvc", "nas", "s3", "s3a", "oss")
+
+
+class KubernetesBackend(Backend):
+    """Runs each job as a Kubernetes workload, one pod per worker."""
+
+    name = BACKEND
+    options = {
+        "namespace": "the namespace to run in (default: kubernetes.namespace in the config)",
+        "flavor": "indexed (a batch/v1 Indexed Job, any cluster) | kubeflow (a PyTorchJob)",
+        "context": "the kubeconfig context to use",
+    }
+
+    def __init__(self, settings: Settings | None = None, catalog: Catalog | None = None,
+                 store: JobStore | None = None) -> None:  # fmt: skip
+        self.settings = settings or Settings.load()
+        self.catalog = catalog or load_catalog(self.settings.catalog_file)
+        self.home = Path(self.settings.home)
+        make_private_dir(self.home)
+        (self.home / "jobs").mkdir(exist_ok=True, mode=0o700)
+        self.store = store if store is not None else JobStore(self.home / "jobs.db")
+        self.kube: KubeSettings = load_settings(self.settings.kubernetes)
+        self._lock = threading.Lock()
+        # One client (and its log reader and store writer) per kubeconfig context in use.
+        self._contexts: dict[str | None, tuple[Cluster, PodLogs, JobSync]] = {}
+        self.cluster, self._pod_logs, self.sync = self._context(None)
+        self._trackers: dict[tuple[str | None, str], NamespaceTracker] = {}
+
+    def _context(self, context: str | None) -> tuple[Cluster, PodLogs, JobSync]:
+        """The client, log reader and store writer for ``context`` (None: the configured)."""
+        key = None if context in (None, self.kube.context) else context
+        with self._lock:
+            if key not in self._contexts:
+                cluster = Cluster(self.kube, key)
+                logs = PodLogs(cluster)
+                self._contexts[key] = (cluster, logs, JobSync(self.store, cluster, logs.save))
+            return self._contexts[key]
+
+    def _of(self, record: JobRecord) -> tuple[Cluster, PodLogs, JobSync]:
+        """The client, log reader and store writer of the context ``record`` runs in."""
+        return self._context(record.details.get("context"))
+
+    # ---- admit / launch -------------------------------------------------------------------
+    def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
+        """namespace (a DNS-1123 label), flavor (indexed | kubeflow), context (text)."""
+        options = super().validate_options(options)
+        if "namespace" in options:
+            check_namespace(options["namespace"], "backend_options.namespace")
+        if "flavor" in options:
+            check_flavor(options["flavor"], "backend_options.flavor")
+        if "context" in options and not isinstance(options["context"], str):
+            raise SpecError("backend_options.context", "must be a kubeconfig context name")
+        return options
+
+    def admit(self, spec: TrainSpec) -> Plan:
+        """Render the manifests and check the gang against the cluster's nodes (when a
+        cluster is configured); creates nothing, contacts nothing without a kubeconfig."""
+        spec.validate(self.catalog)
+        options = self.validate_options(spec.backend_options)
+        if spec.runtime not in ("auto", "pod"):
+            raise SpecError("runtime", f"{spec.runtime} is a local runtime",
+                            "the kubernetes backend runs pods: use --runtime pod or leave it out")  # fmt: skip
+        cluster = self._context(options.get("context"))[0]
+        if options.get("context") and cluster.configured:
+            try:
+                cluster.api  # noqa: B018 - loads the kubeconfig's context, contacts nothing
+            except BackendUnavailableError as e:
+                raise SpecError("backend_options.context", e.detail,
+                                "use a context of your kubeconfig (kubectl config get-contexts)") from None  # fmt: skip
+        name = spec.name or self._new_name(spec)
+        if len(name) > MAX_NAME or not DNS1123_LABEL.match(name):
+            raise SpecError("name", f"{name!r} cannot name a cluster job",
+                            f"use at most {MAX_NAME} lowercase letters, digits and '-'")  # fmt: skip
+        spec.name = name
+        warnings: list[str] = []
+        reachable = cluster.configured
+        if not reachable:
+            warnings.append("no kubeconfig: nothing was checked against a cluster "
+                            "(set KUBECONFIG to check capacity and flavours)")  # fmt: skip
+        flavor = options.get("flavor") or self.kube.flavor
+        if reachable and (flavor in ("auto", "kubeflow")):
+            try:
+                served = cluster.serves(*KUBEFLOW[:2])
+            except UNREACHABLE as e:
+                warnings.append(f"the cluster did not answer ({type(e).__name__}): "
+                                "nothing was checked against it")  # fmt: skip
+                reachable, served = False, flavor == "kubeflow"
+            if flavor == "kubeflow" and not served:
+                raise SpecError("backend_options.flavor", "the cluster does not serve "
+                                "kubeflow.org/v1 PyTorchJobs", "use flavor indexed, or install "
+                                "the Kubeflow training-operator")  # fmt: skip
+            flavor = "kubeflow" if served else "indexed"
+        elif flavor == "auto":
+            flavor = "indexed"
+        offer = self.catalog.spec(spec.instance_spec or "")
+        image = spec.image_ref(self.catalog)
+        namespace = options.get("namespace") or self.kube.namespace
+        place = self.kube.instance_specs.get(offer.name)
+        cluster_options = ClusterOptions(
+            namespace=namespace,
+            service_account=self.kube.service_account,
+            image_pull_secrets=self.kube.image_pull_secrets,
+            node_selector=dict(place.node_selector) if place else {},
+            tolerations=tuple(place.tolerations) if place else (),
+            priority_class=place.priority_class if place else None,
+            wait_image=self.kube.wait_image,
+            master_wait_seconds=self.kube.master_wait_seconds,
+            master_port=self.kube.master_port,
+            ttl_seconds_after_finished=self.kube.ttl_seconds_after_finished,
+        )
+        rendered = render(spec, offer, image, cluster_options, flavor)
+        workload = rendered.manifests[-1]
+        # Retries restart the whole gang (the backend does it, as the local supervisor does):
+        # the workload itself never retries one pod of a gang.
+        if flavor == "indexed":
+            workload["spec"]["backoffLimit"] = 0
+        else:
+            workload["spec"]["runPolicy"]["backoffLimit"] = 0
+        digest = hashlib.sha256(
+            json.dumps(
+                [
+                    rendered.manifests,
+                    sorted(rendered.secret["stringData"]) if rendered.secret else [],
+                ],
+                sort_keys=True,
+            ).encode()
+        ).hexdigest()[:16]
+        workload["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
+        if reachable:
+            try:
+                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings)
+            except UNREACHABLE as e:
+                warnings.append(f"the cluster did not answer ({type(e).__name__}): "
+                                "capacity was not checked")  # fmt: skip
+        return Plan(
+            backend=self.name,
+            name=name,
+            spec=spec,
+            runtime="pod",
+            image=image,
+            price_per_hour=offer.price_per_hour,
+            placement=[Placement(rank=i) for i in range(spec.workers)],
+            warnings=warnings,
+            manifests=rendered.display_manifests(),  # the Secret's values masked
+            backend_state={
+                "rendered": rendered,
+                "flavor": flavor,
+                "hash": digest,
+                "context": options.get("context"),
+            },
+        )
+
+    def _new_name(self, spec: TrainSpec) -> str:
+        stem = "job"
+        for arg in spec.command:
+            if arg.endswith((".py", ".sh")):
+                stem = Path(arg).stem
+                break
+        stem = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:40] or "job"
+        if not stem[0].isalpha():
+            stem = f"job-{stem}"[:40]
+        while True:
+            name = f"{stem}-{secrets.token_hex(3)[:5]}"
+            if not self.store.exists(name):
+                return name
+
+    def launch(self, plan: Plan) -> JobRecord:
+        """Create the Secret, the Service and the workload, and record the job Pending.
+        The same name with the same spec returns the job that exists; another spec is a
+        SpecError on ``name``."""
+        if plan.backend != self.name:
+            raise SubmitError(self.name, f"the plan is for backend {plan.backend!r}")
+        rendered: RenderedJob = plan.backend_state["rendered"]
+        flavor, digest = plan.backend_state["flavor"], plan.backend_state["hash"]
+        context = plan.backend_state.get("context")
+        if context == self.kube.context:
+            context = None
+        cluster = self._context(context)[0]
+        ns, name, kind = rendered.namespace, rendered.name, rendered.manifests[-1]["kind"]
+        existing = self._existing(cluster, ns, kind, name, digest)
+        if existing is not None:
+            return existing
+        spec = plan.spec
+        files = JobFiles(self.home / "jobs" / name)
+        svc = service_name(name) if flavor == "indexed" else None
+        secret = secret_name(name) if rendered.secret else None
+        record = JobRecord(
+            name=name, status=JobStatus.PENDING, backend=self.name, spec=spec.redacted().to_dict(),
+            image=plan.image, runtime="pod", price_per_hour=plan.price_per_hour,
+            job_dir=str(files.dir),
+            details={"runtime": "pod", "namespace": ns, "kind": kind, "flavor": flavor,
+                     "spec_hash": digest, "service": svc, "secret": secret, "context": context},
+            events=[JobEvent(time.time(), "Submitted",
+                             f"{spec.workers} worker(s) x {spec.procs_per_worker or 1} process(es) "
+                             f"as a {kind} ({flavor}) in namespace {ns}")],
+        )  # fmt: skip
+        created: list[tuple[str, str]] = []
+        try:
+            with self.store.adding(record):
+                if files.dir.exists():
+                    shutil.rmtree(files.dir)  # a folder no job owns (a crashed launch)
+                files.create()
+                files.write_spec(spec.redacted())
+                files.write_secrets(spec.secrets())  # for rerun: 0600, never on the cluster's side
+                (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
+                if rendered.secret is not None:
+                    cluster.create(ns, rendered.secret)
+                    created.append(("Secret", rendered.secret["metadata"]["name"]))
+                for obj in rendered.manifests[:-1]:
+                    cluster.create(ns, obj)
+                    created.append((obj["kind"], obj["metadata"]["name"]))
+                workload = cluster.create(ns, rendered.manifests[-1])
+                created.append((kind, name))
+                for k, n in created[:-1]:  # they go with the workload
+                    cluster.own(ns, k, n, workload)
+        except BaseException as e:
+            for k, n in reversed(created):
+                cluster.delete_quietly(ns, k, n)
+            shutil.rmtree(files.dir, ignore_errors=True)
+            if isinstance(e, UNREACHABLE):
+                raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+            if "UNIQUE" in str(e) or type(e).__name__ == "IntegrityError":
+                raise SpecError("name", f"a job named {name!r} already exists",
+                                f"pick another --name, or `workbench delete {name}` first") from None  # fmt: skip
+            raise
+        self.store.update(name, details={"uid": workload["metadata"]["uid"]})
+        tracker = self._tracker(ns, context)
+        if tracker is not None:
+            tracker._sync(name, gone=False)  # what the watch saw before the row existed
+        return self.get(name)
+
+    def _existing(self, cluster: Cluster, ns: str, kind: str, name: str,
+                  digest: str) -> JobRecord | None:  # fmt: skip
+        """The job already submitted under ``name`` with this spec, or None; SpecError when
+        the name is taken by another spec."""
+        conflict = SpecError("name", f"a job named {name!r} already exists with another spec",
+                             f"pick another --name, or `workbench delete {name}` first")  # fmt: skip
+        row = self.store.row(name)
+        if row is not None:
+            if row["backend"] == self.name and row["details"].get("spec_hash") == digest:
+                return self.get(name)
+            raise conflict
+        try:
+            found = cluster.workload(ns, kind, name)
+        except UNREACHABLE as e:
+            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+        if found is not None:  # made by another workbench home, or left after a delete
+            if (found["metadata"].get("annotations") or {}).get(SPEC_HASH) == digest:
+                raise SpecError("name", f"{kind} {name} already runs in namespace {ns} "
+                                "(submitted from another workbench)", "pick another --name")  # fmt: skip
+            raise conflict
+        return None
+
+    # ---- status ---------------------------------------------------------------------------
+    def _tracker(self, namespace: str, context: str | None = None) -> NamespaceTracker | None:
+        """The running watches of ``namespace`` (started now if needed; None: no cluster)."""
+        cluster, _, sync = self._context(context)
+        if not cluster.configured:
+            return None
+        key = (context, namespace)
+        with self._lock:
+            tracker = self._trackers.get(key)
+            if tracker is None or not tracker.alive:
+                if tracker is not None:
+                    tracker.stop()
+                if not self._trackers:
+                    # Watch threads writing the store while the interpreter tears down
+                    # abort the process (a CLI exits right after submit): stop them first.
+                    atexit.register(self.stop_watches)
+                try:
+                    tracker = NamespaceTracker(cluster, namespace, sync).start()
+                except Exception:  # no cluster now: get() reads once instead
+                    return None
+                self._trackers[key] = tracker
+            return tracker
+
+    def reconcile(self) -> int:
+        """Make sure every namespace with an active job has its watches running (the watch
+        threads write the changes themselves); returns 0."""
+        rows = self.store.active_rows(self.name)
+        for context, ns in {
+            (r["details"].get("context"), r["details"].get("namespace")) for r in rows
+        }:
+            if ns:
+                self._tracker(ns, context)
+        return 0
+
+    def stop_watches(self) -> None:
+        """Stop every namespace's watches (at exit, and in close())."""
+        with self._lock:
+            trackers, self._trackers = list(self._trackers.values()), {}
+        for t in trackers:
+            t.stop()
+        for _, _, sync in list(self._contexts.values()):
+            with sync.lock:  # a write under way finishes before the process goes
+                pass
+
+    def close(self) -> None:
+        """Stop every watch and close the client."""
+        self.stop_watches()
+        for cluster, _, _ in list(self._contexts.values()):
+            cluster.close()
+
+    def get(self, name: str) -> JobRecord:
+        """The stored record; read once from the cluster when no watch keeps it current."""
+        record = self.store.get(name)
+        if record is None or record.backend != self.name:
+            raise JobNotFoundError(self.name, name)
+        ns = record.details.get("namespace", "")
+        tracker = self._trackers.get((record.details.get("context"), ns))
+        if not record.status.terminal and (tracker is None or not tracker.alive):
+            self._read_once(record)
+            record = self.store.get(name) or record
+        return record
+
+    def _read_once(self, record: JobRecord) -> None:
+        d = record.details
+        cluster, _, sync = self._of(record)
+        if not cluster.configured:
+            return
+        try:
+            workload = cluster.workload(d["namespace"], d["kind"], record.name)
+            pods = cluster.pods(d["namespace"], record.name)
+        except (SubmitError, *UNREACHABLE):
+            return  # the cluster is away: the stored record is the best answer
+        sync.sync(record.name, workload, pods, gone=workload is None, fresh=True)
+
+    def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
+        """Record Cancelling and delete the workload in the foreground; returns at once
+        (``wait <= 0``) or once the watch has seen the pods go."""
+        record = self.get(name)
+        if record.status.terminal:
+            return record
+        d = record.details
+        self.store.request_cancel(name, JobEvent(time.time(), "Cancelling",
+                                                 f"deleting {d['kind']} {name} (foreground)",
+                                                 "warning"))  # fmt: skip
+        cluster, _, sync = self._of(record)
+        try:
+            deleted = cluster.delete_workload(d["namespace"], d["kind"], name)
+        except UNREACHABLE as e:
+            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+        if not deleted:  # already gone (a retry between attempts): nothing left to stop
+            sync.sync(name, None, [], gone=True)
+        deadline = time.monotonic() + max(0.0, wait)
+        record = self.store.get(name) or record
+        while wait > 0 and not record.status.terminal and time.monotonic() < deadline:
+            time.sleep(0.1)
+            record = self.get(name)
+        return record
+
+    def delete(self, name: str) -> None:
+        """Forget a finished job: its row, folder, Secret, Service and workload."""
+        record = self.get(name)
+        if not record.status.terminal:
+            raise SpecError("name", f"job {name!r} is {record.status.value}",
+                            "cancel it before deleting")  # fmt: skip
+        self.store.delete(name)
+        if record.job_dir:
+            shutil.rmtree(record.job_dir, ignore_errors=True)
+        d = record.details
+        cluster = self._of(record)[0]
+        if cluster.configured and d.get("namespace"):
+            for kind, obj in (("Secret", d.get("secret")), ("Service", d.get("service")),
+                              (d.get("kind", "Job"), name)):  # fmt: skip
+                if obj:
+                    cluster.delete_quietly(d["namespace"], kind, obj)
+
+    def rerun_spec(self, name: str) -> TrainSpec:
+        """The job's spec with the credentials saved at submit."""
+        record = self.get(name)
+        saved = JobFiles(Path(record.job_dir)).read_secrets() if record.job_dir else {}
+        spec = TrainSpec.from_dict(record.spec).restore_secrets(saved)
+        spec.name = None
+        return spec
+
+    # ---- logs -----------------------------------------------------------------------------
+    def logs(self, name: str, rank: int | None = 0, follow: bool = False, tail: int | None = None,
+             stop: threading.Event | None = None) -> Iterator[str]:  # fmt: skip
+        """One rank's lines (earlier attempts' saved logs, then its pod's), or every rank's
+        prefixed; follow goes on until the job ends or ``stop`` is set."""
+        record = self.get(name)
+        yield from self._of(record)[1].lines(self, record, rank, follow, tail, stop)
+        if follow:
+            # The pods' logs end as the pods do; the job ends once the watch has written it
+            # (or a retry starts). A follower returns when the job it followed has ended.
+            deadline = time.monotonic() + SETTLE
+            while not (stop is not None and stop.is_set()) and time.monotonic() < deadline:
+                if self.get(name).status.terminal:
+                    return
+                time.sleep(0.05)
+
+    # ---- nodes ----------------------------------------------------------------------------
+    def nodes(self) -> builtins.list[NodeInfo]:
+        """Each node's GPUs (allocatable nvidia.com/gpu) and which jobs' pods hold them."""
+        if not self.cluster.configured:
+            return []
+        try:
+            nodes, pods = self.cluster.nodes(), self.cluster.all_pods()
+        except UNREACHABLE as e:
+            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+        known = {r.name: (r.status.value, r.gpus_total)
+                 for r in self.store.list(backend=self.name, with_events=False)}  # fmt: skip
+        return capacity.node_infos(nodes, pods, known)
+
+    def capabilities(self) -> Capabilities:
+        """Pods, whole GPUs, the mount schemes the manifests support, and the flavours the
+        cluster serves (both, unchecked, without a cluster)."""
+        flavours: tuple[str, ...] = FLAVORS
+        if self.cluster.configured:
+            with contextlib.suppress(Exception):
+                flavours = (
+                    ("indexed", "kubeflow") if self.cluster.serves(*KUBEFLOW[:2]) else ("indexed",)
+                )
+        return Capabilities(runtimes=("pod",), gpu_modes=("whole",),
+                            data_schemes=DATA_SCHEMES, flavours=flavours)  # fmt: skip

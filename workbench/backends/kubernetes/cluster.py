@@ -1,0 +1,231 @@
+"""The client edge: one ApiClient from the backend's settings, the calls the backend makes,
+and the one place ApiExceptions become workbench errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes import config as kube_config
+from kubernetes.client.rest import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from ...errors import BackendUnavailableError, SpecError, SubmitError
+from .config import KubeSettings
+from .manifests import LABEL_JOB
+
+BACKEND = "kubernetes"
+KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+NO_CLUSTER_HINT = "set KUBECONFIG (or kubernetes.kubeconfig in the workbench config)"
+
+
+def raw(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a client method for its undecoded response (JSON dicts, streams): the typed
+    models would cost a conversion per object and lose fields they do not know."""
+    return method(*args, _preload_content=False, **kwargs)
+
+
+def raw_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """A client call's JSON body as a dict."""
+    body: dict[str, Any] = json.loads(raw(method, *args, **kwargs).data)
+    return body
+
+
+def api_error(e: ApiException, doing: str) -> SubmitError:
+    """A SubmitError that says what failed and the server's own message (never a body
+    that could echo a Secret back: only the Status message)."""
+    message = e.reason or ""
+    try:
+        message = json.loads(e.body or "{}").get("message") or message
+    except (ValueError, AttributeError):
+        pass
+    return SubmitError(BACKEND, f"{doing}: {e.status} {message}".strip())
+
+
+class Cluster:
+    """An API client and the typed APIs the backend uses, made on first use."""
+
+    def __init__(self, settings: KubeSettings, context: str | None = None) -> None:
+        self.settings = settings
+        self.context = context or settings.context
+        self._api: client.ApiClient | None = None
+        self._lock = threading.Lock()
+        self._served: dict[tuple[str, str], bool] = {}
+
+    @property
+    def configured(self) -> bool:
+        """True when there is a kubeconfig or in-cluster config to use (nothing contacted)."""
+        return self.settings.kubeconfig_file() is not None or self.settings.use_in_cluster()
+
+    @property
+    def api(self) -> client.ApiClient:
+        """The ApiClient; BackendUnavailableError when no cluster is configured."""
+        with self._lock:
+            if self._api is None:
+                self._api = self._connect()
+            return self._api
+
+    def _connect(self) -> client.ApiClient:
+        path = self.settings.kubeconfig_file()
+        try:
+            if path is not None:
+                return kube_config.new_client_from_config(str(path), context=self.context)
+            if self.settings.use_in_cluster():
+                configuration = client.Configuration()
+                kube_config.load_incluster_config(client_configuration=configuration)
+                return client.ApiClient(configuration)
+        except (ConfigException, OSError, ValueError) as e:
+            raise BackendUnavailableError(BACKEND, f"cannot load the cluster config: {e}",
+                                          NO_CLUSTER_HINT) from None  # fmt: skip
+        raise BackendUnavailableError(
+            BACKEND, "no kubeconfig and not in a cluster", NO_CLUSTER_HINT
+        )
+
+    def close(self) -> None:
+        """Close the client's connection pool."""
+        with self._lock:
+            if self._api is not None:
+                self._api.close()
+                self._api = None
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        """core/v1."""
+        return client.CoreV1Api(self.api)
+
+    @property
+    def batch(self) -> client.BatchV1Api:
+        """batch/v1."""
+        return client.BatchV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        """Custom resources (PyTorchJobs)."""
+        return client.CustomObjectsApi(self.api)
+
+    def serves(self, group: str, version: str) -> bool:
+        """Whether the cluster serves ``group/version`` (discovery, asked once)."""
+        key = (group, version)
+        if key not in self._served:
+            groups = client.ApisApi(self.api).get_api_versions(_request_timeout=10).groups or []
+            self._served[key] = any(
+                g.name == group and any(v.version == version for v in g.versions or [])
+                for g in groups
+            )
+        return self._served[key]
+
+    # ---- objects --------------------------------------------------------------------------
+    def create(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """Create one manifest; returns the object as stored (a dict)."""
+        kind = obj["kind"]
+        try:
+            if kind == "Secret":
+                return raw_json(self.core.create_namespaced_secret, namespace, obj)
+            if kind == "Service":
+                return raw_json(self.core.create_namespaced_service, namespace, obj)
+            if kind == "Job":
+                return raw_json(self.batch.create_namespaced_job, namespace, obj)
+            if kind == "PyTorchJob":
+                return raw_json(self.custom.create_namespaced_custom_object,
+                                *KUBEFLOW[:2], namespace, KUBEFLOW[2], obj)  # fmt: skip
+        except ApiException as e:
+            if e.status == 409:
+                name = obj["metadata"]["name"]
+                raise SpecError("name", f"a {kind} named {name!r} already exists in namespace "
+                                f"{namespace}", "pick another --name") from None  # fmt: skip
+            raise api_error(e, f"creating {kind} {obj['metadata']['name']}") from None
+        raise SubmitError(BACKEND, f"cannot create a {kind}")
+
+    def workload(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The job's Job or PyTorchJob, or None when there is none."""
+        try:
+            if kind == "PyTorchJob":
+                return raw_json(self.custom.get_namespaced_custom_object,
+                                *KUBEFLOW[:2], namespace, KUBEFLOW[2], name)  # fmt: skip
+            return raw_json(self.batch.read_namespaced_job, name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise api_error(e, f"reading {kind} {name}") from None
+
+    def delete_workload(self, namespace: str, kind: str, name: str) -> bool:
+        """Delete in the foreground (pods first); False when it was already gone."""
+        body = client.V1DeleteOptions(propagation_policy="Foreground")
+        try:
+            if kind == "PyTorchJob":
+                self.custom.delete_namespaced_custom_object(
+                    *KUBEFLOW[:2], namespace, KUBEFLOW[2], name, body=body
+                )
+            else:
+                self.batch.delete_namespaced_job(name, namespace, body=body)
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise api_error(e, f"deleting {kind} {name}") from None
+        return True
+
+    def delete_quietly(self, namespace: str, kind: str, name: str) -> None:
+        """Delete a Secret, Service or workload, ignoring one that is gone (cleanup)."""
+        try:
+            if kind == "Secret":
+                self.core.delete_namespaced_secret(name, namespace)
+            elif kind == "Service":
+                self.core.delete_namespaced_service(name, namespace)
+            elif kind == "Pod":
+                self.core.delete_namespaced_pod(name, namespace)
+            else:
+                self.delete_workload(namespace, kind, name)
+        except (ApiException, SubmitError, *UNREACHABLE):
+            pass
+
+    def own(self, namespace: str, kind: str, name: str, owner: dict[str, Any]) -> None:
+        """Make ``owner`` (the workload) the owner of a Secret or Service, so the cluster
+        removes it with the job."""
+        meta = owner["metadata"]
+        ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+               "uid": meta["uid"], "blockOwnerDeletion": False, "controller": False}  # fmt: skip
+        patch = {"metadata": {"ownerReferences": [ref]}}
+        try:
+            if kind == "Secret":
+                self.core.patch_namespaced_secret(name, namespace, patch)
+            else:
+                self.core.patch_namespaced_service(name, namespace, patch)
+        except ApiException as e:
+            raise api_error(e, f"setting the owner of {kind} {name}") from None
+
+    def disown(self, namespace: str, kind: str, name: str) -> None:
+        """Drop a Secret's or Service's owner (a gang retry deletes the workload, not them)."""
+        patch = {"metadata": {"ownerReferences": None}}
+        if kind == "Secret":
+            self.core.patch_namespaced_secret(name, namespace, patch)
+        else:
+            self.core.patch_namespaced_service(name, namespace, patch)
+
+    def pods(self, namespace: str, job: str | None = None) -> list[dict[str, Any]]:
+        """Pods of one job (or of every workbench job) in ``namespace``."""
+        selector = f"{LABEL_JOB}={job}" if job else LABEL_JOB
+        items: list[dict[str, Any]] = (
+            raw_json(self.core.list_namespaced_pod, namespace, label_selector=selector).get("items")
+            or []
+        )
+        return items
+
+    def nodes(self) -> list[dict[str, Any]]:
+        """Every node."""
+        items: list[dict[str, Any]] = (
+            raw_json(self.core.list_node, _request_timeout=10).get("items") or []
+        )
+        return items
+
+    def all_pods(self) -> list[dict[str, Any]]:
+        """Every pod of the cluster that is bound to a node and not finished (GPU holders)."""
+        items = (
+            raw_json(self.core.list_pod_for_all_namespaces, _request_timeout=10).get("items") or []
+        )
+        return [p for p in items if (p.get("spec") or {}).get("nodeName")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip

@@ -1,0 +1,176 @@
+"""Cluster objects -> workbench status. Pure: dicts in (as the API returns them), values out.
+
+A job's ranks come from its pods (the completion index of an Indexed Job's pod, the
+replica type and index of a PyTorchJob's); its status from the workload's conditions,
+then from the pods while it has none.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...spec import JobStatus, RankState
+from .manifests import INDEX_ANNOTATION
+
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+POD_STATES = {
+    "Pending": RankState.PENDING,
+    "Running": RankState.RUNNING,
+    "Succeeded": RankState.SUCCEEDED,
+    "Failed": RankState.FAILED,
+}
+
+
+@dataclass(frozen=True)
+class RankView:
+    """What one rank's pod says."""
+
+    rank: int
+    state: RankState
+    pod: str
+    node: str | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None  # the container's terminated/waiting reason
+
+    def columns(self) -> dict[str, Any]:
+        """The rank row's columns (JobStore.set_rank)."""
+        return {
+            "state": self.state,
+            "exit_code": self.exit_code,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+        }
+
+    def details(self) -> dict[str, Any]:
+        """The rank row's backend details."""
+        return {"pod": self.pod, "node": self.node, "pod_restarts": self.restarts}
+
+
+@dataclass(frozen=True)
+class JobView:
+    """What the workload and its pods say about the job."""
+
+    status: JobStatus
+    reason: str
+    message: str = ""
+    ranks: dict[int, RankView] = field(default_factory=dict)
+
+
+def parse_time(text: str | None) -> float | None:
+    """An RFC 3339 timestamp (``2026-12-01T15:18:10Z``) as epoch seconds."""
+    if not text:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def rank_of(pod: dict[str, Any]) -> int | None:
+    """The workbench rank of a pod: its completion index, or Master 0 / Worker i+1."""
+    meta = pod.get("metadata") or {}
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    index = annotations.get(INDEX_ANNOTATION, labels.get(INDEX_ANNOTATION))
+    if index is not None:
+        return int(index)
+    kind = labels.get(REPLICA_TYPE)
+    if kind is not None and labels.get(REPLICA_INDEX) is not None:
+        return int(labels[REPLICA_INDEX]) + (0 if kind.lower() == "master" else 1)
+    return None
+
+
+def rank_view(pod: dict[str, Any]) -> RankView | None:
+    """A pod's rank, state, node, restarts and exit code (None for a pod without a rank)."""
+    rank = rank_of(pod)
+    if rank is None:
+        return None
+    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    state = POD_STATES.get(status.get("phase", "Pending"), RankState.PENDING)
+    main = ((spec.get("containers") or [{}])[0]).get("name")
+    cstatus: dict[str, Any] = next(
+        (c for c in status.get("containerStatuses") or [] if c.get("name") == main), {}
+    )
+    terminated = (cstatus.get("state") or {}).get("terminated") or {}
+    waiting = (cstatus.get("state") or {}).get("waiting") or {}
+    exit_code = terminated.get("exitCode")
+    if state is RankState.FAILED and exit_code is None:
+        # An init container failed (the master never resolved, a prefetch failed).
+        for init in status.get("initContainerStatuses") or []:
+            term = (init.get("state") or {}).get("terminated") or {}
+            if term.get("exitCode"):
+                exit_code, terminated = term["exitCode"], term
+                break
+    return RankView(
+        rank=rank,
+        state=state,
+        pod=meta.get("name", ""),
+        node=spec.get("nodeName"),
+        exit_code=exit_code if state in (RankState.SUCCEEDED, RankState.FAILED) else None,
+        restarts=int(cstatus.get("restartCount") or 0),
+        started_at=parse_time(status.get("startTime")) if state is not RankState.PENDING else None,
+        finished_at=parse_time(terminated.get("finishedAt"))
+        if state in (RankState.SUCCEEDED, RankState.FAILED)
+        else None,
+        reason=terminated.get("reason") or waiting.get("reason"),
+    )
+
+
+def ranks_of(pods: Iterable[dict[str, Any]]) -> dict[int, RankView]:
+    """Rank -> the view of its newest pod (a retried index has more than one)."""
+    newest: dict[int, tuple[int, RankView]] = {}
+    for pod in pods:
+        view = rank_view(pod)
+        if view is None:
+            continue
+        rv = int((pod.get("metadata") or {}).get("resourceVersion") or 0)
+        created = (pod.get("metadata") or {}).get("creationTimestamp") or ""
+        order = (parse_time(created) or 0) * 1e9 + rv
+        if view.rank not in newest or order >= newest[view.rank][0]:
+            newest[view.rank] = (int(order), view)
+    return {r: v for r, (_, v) in sorted(newest.items())}
+
+
+def conditions(workload: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The workload's True conditions by type."""
+    out = {}
+    for c in ((workload or {}).get("status") or {}).get("conditions") or []:
+        if str(c.get("status", "True")) == "True":
+            out[c.get("type", "")] = c
+    return out
+
+
+def job_view(workload: dict[str, Any] | None, pods: Iterable[dict[str, Any]]) -> JobView:
+    """The job's status from its workload's conditions, then its pods."""
+    ranks = ranks_of(pods)
+    conds = conditions(workload)
+    failed = [v for v in ranks.values() if v.state is RankState.FAILED]
+    if ("Complete" in conds or "Succeeded" in conds) and failed:
+        # A PyTorchJob succeeds with its Master even when a Worker failed first; a gang
+        # with a failed rank failed, as a local job does.
+        return JobView(JobStatus.FAILED, "RankFailed", failure_message(failed), ranks)
+    if "Complete" in conds or "Succeeded" in conds:
+        return JobView(JobStatus.SUCCEEDED, "Succeeded", "all ranks finished", ranks)
+    if "Failed" in conds:
+        cond = conds["Failed"]
+        message = failure_message(failed) or cond.get("message") or "the workload failed"
+        return JobView(JobStatus.FAILED, cond.get("reason") or "Failed", message, ranks)
+    if any(v.state is RankState.RUNNING for v in ranks.values()):
+        return JobView(JobStatus.RUNNING, "Started", "", ranks)
+    return JobView(JobStatus.PENDING, "Submitted", "", ranks)
+
+
+def failure_message(failed: list[RankView]) -> str:
+    """``rank R exited with code C`` for the first failed rank (the local backend's words)."""
+    for v in sorted(failed, key=lambda v: (v.finished_at or 0, v.rank)):
+        if v.exit_code is not None:
+            return f"rank {v.rank} exited with code {v.exit_code}"
+        return f"rank {v.rank} failed ({v.reason or 'no exit code'})"
+    return ""

@@ -1,0 +1,356 @@
+"""What the cluster says about a job, written into the store.
+
+``JobSync.sync`` turns a job's workload and pods into the store's job, rank and event
+rows (only what changed, so the change feed carries each change once). It also carries
+out gang retries: a failed attempt with retries left is deleted in the foreground and
+created again with the next WORKBENCH_ATTEMPT once it is gone, as the local supervisor
+restarts a gang. ``NamespaceTracker`` keeps one watch per namespace and resource (pods,
+Jobs, PyTorchJobs, Events) and calls ``sync`` from the watch threads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ...spec import JobEvent, JobStatus, RankState
+from ...store import JobStore
+from . import watch
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster, raw_json
+from .manifests import LABEL_JOB
+from .status import JobView, RankView, job_view
+
+log = logging.getLogger(__name__)
+WORKLOAD_FILE = "workload.json"
+# The copier of lane k8sl also copies when a job ends (its reader then prefers the copies);
+# the minimal reader in podlogs.py reads finished pods directly.
+_COPY_AT_END = (
+    importlib.util.find_spec(__package__ + ".logcopy") is not None
+)  # the workload as first created: a retry creates it again
+
+
+def owned_by(obj: dict[str, Any], uid: str | None) -> bool:
+    """True when ``obj`` belongs to the workload ``uid`` (or no uid is known yet)."""
+    if not uid:
+        return True
+    return any(r.get("uid") == uid for r in obj["metadata"].get("ownerReferences") or [])
+
+
+class JobSync:
+    """Writes job state into the store; one per backend, calls serialised."""
+
+    def __init__(self, store: JobStore, cluster: Cluster,
+                 save_logs: Callable[[str, str, dict[int, str], int], None]) -> None:  # fmt: skip
+        self.store = store
+        self.cluster = cluster
+        # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder
+        self.save_logs = save_logs
+        self.lock = threading.RLock()
+
+    def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
+             gone: bool, fresh: bool = False) -> None:  # fmt: skip
+        """Bring job ``name``'s rows up to date with ``workload`` (None: unknown, or gone
+        when ``gone``) and its pods (``fresh``: just listed, not from a watch's cache)."""
+        with self.lock:
+            row = self.store.row(name)
+            if row is None or row["backend"] != BACKEND or JobStatus(row["status"]).terminal:
+                return
+            details = row["details"]
+            uid = details.get("uid")
+            if workload is not None and uid and workload["metadata"].get("uid") != uid:
+                workload, gone = None, False  # an earlier attempt's object, on its way out
+            pods = [p for p in pods if owned_by(p, uid)]
+            if details.get("restarting"):
+                if gone:
+                    self._recreate(name, row)
+                return
+            view = job_view(workload, pods)
+            if view.status.terminal and not fresh:
+                # The workload's watch may run ahead of the pods' (separate streams): the
+                # end is settled on the pods as they are now (one list per job end).
+                pods = [
+                    p for p in self.cluster.pods(details["namespace"], name) if owned_by(p, uid)
+                ]
+                view = job_view(workload, pods)
+            self._write_ranks(name, view)
+            now = time.time()
+            if row["cancel_requested"]:
+                if gone:
+                    msg = "cancelled by user"
+                    self.store.finish_if_active(name, JobStatus.CANCELLED, msg,
+                                                JobEvent(now, "Cancelled", msg), RankState.STOPPED)  # fmt: skip
+                return
+            if gone:
+                msg = "the workload was deleted outside workbench"
+                self.store.finish_if_active(name, JobStatus.FAILED, msg,
+                                            JobEvent(now, "WorkloadDeleted", msg, "error"),
+                                            RankState.STOPPED)  # fmt: skip
+                return
+            if workload is None:
+                return  # the workload's watch has not caught up: status waits for it
+            started = [v.started_at for v in view.ranks.values() if v.started_at is not None]
+            if row["status"] == JobStatus.PENDING.value and (
+                view.status is JobStatus.RUNNING or (view.status.terminal and started)
+            ):
+                start = min(now, max(row["created_at"], min(started, default=now)))
+                running = [v for v in view.ranks.values() if v.state is not RankState.PENDING]
+                nodes = sorted({v.node for v in running if v.node})
+                where = f" on {', '.join(nodes)}" if nodes else ""
+                self.store.update(
+                    name, status=JobStatus.RUNNING, started_at=row["started_at"] or start,
+                    event=JobEvent(now, "Started", f"{len(running)} of {row_workers(row)} "
+                                   f"rank(s) started{where}"),
+                )  # fmt: skip
+            if not view.status.terminal:
+                return
+            live = [
+                v for v in view.ranks.values() if v.state in (RankState.PENDING, RankState.RUNNING)
+            ]
+            if view.status is JobStatus.SUCCEEDED and live:
+                return  # a PyTorchJob succeeds with its Master: the job ends with its last rank
+            if view.status is JobStatus.FAILED and live:  # the gang stops as one
+                for v in live:
+                    self.cluster.delete_quietly(details["namespace"], "Pod", v.pod)
+            retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
+            if view.status is JobStatus.FAILED and int(row["attempt"]) <= retries:
+                self._restart(name, row, view)
+                return
+            level = "info" if view.status is JobStatus.SUCCEEDED else "error"
+            if _COPY_AT_END and details.get("job_dir"):
+                with contextlib.suppress(Exception):  # logs outlive pod garbage collection
+                    self.save_logs(details["namespace"], details["job_dir"],
+                                   {r: v.pod for r, v in view.ranks.items()}, int(row["attempt"]))  # fmt: skip
+            self.store.finish_if_active(name, view.status, view.message,
+                                        JobEvent(now, view.status.value, view.message, level),
+                                        RankState.STOPPED)  # fmt: skip
+
+    def _write_ranks(self, name: str, view: JobView) -> None:
+        stored = {r["rank"]: r for r in self.store.rank_rows(name)}
+        for rank, v in view.ranks.items():
+            old = stored.get(rank)
+            if old is not None and _same(old, v):
+                continue
+            self.store.set_rank(name, rank, details=v.details(), **v.columns())
+            if v.state is RankState.FAILED and (old is None or old["state"] != "Failed"):
+                what = (f"exited with code {v.exit_code}" if v.exit_code is not None
+                        else f"failed ({v.reason or 'no exit code'})")  # fmt: skip
+                self.store.add_event(name, JobEvent(time.time(), "RankFailed",
+                                                    f"rank {rank} {what}", "error"))  # fmt: skip
+
+    def _restart(self, name: str, row: dict[str, Any], view: JobView) -> None:
+        details, ns = row["details"], row["details"]["namespace"]
+        attempt = int(row["attempt"])
+        retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
+        with contextlib.suppress(Exception):  # the attempt's logs outlive its pods
+            self.save_logs(
+                ns, details["job_dir"], {r: v.pod for r, v in view.ranks.items()}, attempt
+            )
+        # The Secret and Service belong to the workload: free them so they outlive it.
+        for kind, obj in (("Service", details.get("service")), ("Secret", details.get("secret"))):
+            if obj:
+                with contextlib.suppress(Exception):
+                    self.cluster.disown(ns, kind, obj)
+        self.store.update(
+            name, status=JobStatus.PENDING, attempt=attempt + 1, details={"restarting": True},
+            event=JobEvent(time.time(), "Restarting",
+                           f"{view.message}; attempt {attempt + 1} of {retries + 1} starts "
+                           "once the failed one is gone", "warning"),
+        )  # fmt: skip
+        for rank in view.ranks:
+            self.store.set_rank(name, rank, state=RankState.PENDING, exit_code=None,
+                                started_at=None, finished_at=None)  # fmt: skip
+        try:
+            self.cluster.delete_workload(ns, details["kind"], name)
+        except Exception as e:  # recorded, and the job ends
+            self._give_up(name, f"could not delete the failed attempt: {e}")
+
+    def _recreate(self, name: str, row: dict[str, Any]) -> None:
+        details = row["details"]
+        ns, attempt = details["namespace"], int(row["attempt"])
+        try:
+            body = json.loads((Path(details["job_dir"]) / WORKLOAD_FILE).read_text())
+            set_attempt(body, attempt)
+            created = self.cluster.create(ns, body)
+            for kind, obj in (
+                ("Service", details.get("service")),
+                ("Secret", details.get("secret")),
+            ):
+                if obj:
+                    self.cluster.own(ns, kind, obj, created)
+        except Exception as e:  # recorded, and the job ends
+            self._give_up(name, f"could not start attempt {attempt}: {e}")
+            return
+        self.store.update(name, details={"uid": created["metadata"]["uid"], "restarting": None})
+
+    def _give_up(self, name: str, msg: str) -> None:
+        self.store.update(name, details={"restarting": None})
+        self.store.finish_if_active(name, JobStatus.FAILED, msg,
+                                    JobEvent(time.time(), "RestartFailed", msg, "error"),
+                                    RankState.STOPPED)  # fmt: skip
+
+    def add_cluster_event(self, name: str, event: dict[str, Any]) -> None:
+        """A Kubernetes Warning Event about one of the job's objects, as a job event (once)."""
+        reason, message = event.get("reason") or "Warning", event.get("message") or ""
+        with self.lock:
+            row = self.store.row(name)
+            if row is None or row["backend"] != BACKEND:
+                return
+            if any((e.reason, e.message) == (reason, message)
+                   for _, e in self.store.events_since(name)):  # fmt: skip
+                return  # the same event again (a count bump, a re-list)
+            self.store.add_event(name, JobEvent(time.time(), reason, message, "warning"))
+
+
+def row_workers(row: dict[str, Any]) -> int:
+    """Workers of a stored job."""
+    return int(json.loads(row["spec_json"]).get("workers") or 1)
+
+
+def set_attempt(workload: dict[str, Any], attempt: int) -> None:
+    """Give every container of ``workload`` WORKBENCH_ATTEMPT=attempt (a fresh object to
+    create: server-set metadata dropped)."""
+    meta = workload["metadata"]
+    for key in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp", "finalizers",
+                "generation", "managedFields"):  # fmt: skip
+        meta.pop(key, None)
+    workload.pop("status", None)
+    spec = workload.get("spec") or {}
+    templates = [spec["template"]] if "template" in spec else [
+        r["template"] for r in (spec.get("pytorchReplicaSpecs") or {}).values()]  # fmt: skip
+    for tmpl in templates:
+        pod = tmpl.get("spec") or {}
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            for e in c.get("env") or []:
+                if e.get("name") == "WORKBENCH_ATTEMPT":
+                    e["value"] = str(attempt)
+
+
+def _same(old: dict[str, Any], v: RankView) -> bool:
+    det = old.get("details") or {}
+    return (
+        old["state"] == v.state.value
+        and old["exit_code"] == v.exit_code
+        and old["started_at"] == v.started_at
+        and old["finished_at"] == v.finished_at
+        and det.get("pod") == v.pod
+        and det.get("node") == v.node
+        and det.get("pod_restarts", 0) == v.restarts
+    )
+
+
+class NamespaceTracker:
+    """The watches of one namespace (pods, Jobs, PyTorchJobs where served, Events) and
+    the objects they have seen, by job."""
+
+    def __init__(self, cluster: Cluster, namespace: str, sync: JobSync) -> None:
+        self.cluster, self.namespace, self.syncer = cluster, namespace, sync
+        self.lock = threading.Lock()
+        self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # job -> pod name -> pod
+        self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job/PyTorchJob
+        self.pod_jobs: dict[str, str] = {}  # pod name -> job
+        self.watches: list[watch.NamespaceWatch] = []
+
+    def start(self) -> NamespaceTracker:
+        """Start the watches (daemon threads)."""
+        api, ns = self.cluster.api, self.namespace
+        self.watches = [
+            watch.jobs(api, ns, self._on_workload, LABEL_JOB),
+            watch.pods(api, ns, self._on_pod, LABEL_JOB),
+            _events_watch(api, ns, self._on_event),
+        ]
+        with contextlib.suppress(Exception):
+            if self.cluster.serves(*KUBEFLOW[:2]):
+                self.watches.append(watch.custom(api, *KUBEFLOW[:2], KUBEFLOW[2], ns,
+                                                 self._on_workload, LABEL_JOB))  # fmt: skip
+        for w in self.watches:
+            w.start()
+        return self
+
+    @property
+    def alive(self) -> bool:
+        """True while every watch thread runs."""
+        return bool(self.watches) and all(
+            w._thread is not None and w._thread.is_alive() for w in self.watches
+        )
+
+    def stop(self) -> None:
+        """Stop every watch."""
+        for w in self.watches:
+            w.stop(timeout=2)
+
+    def wait_synced(self, timeout: float) -> bool:
+        """True once every watch has listed."""
+        deadline = time.monotonic() + timeout
+        return all(w.wait_synced(max(0.0, deadline - time.monotonic())) for w in self.watches)
+
+    def _on_workload(self, ev: watch.WatchEvent) -> None:
+        job = (ev.object.get("metadata", {}).get("labels") or {}).get(LABEL_JOB) or ev.name
+        with self.lock:
+            if ev.type == "DELETED":
+                current = self.workloads.get(job)
+                if current is not None and current["metadata"].get("uid") == ev.uid:
+                    del self.workloads[job]
+            else:
+                self.workloads[job] = ev.object
+        self._sync(job, gone=ev.type == "DELETED")
+
+    def _on_pod(self, ev: watch.WatchEvent) -> None:
+        job = (ev.object.get("metadata", {}).get("labels") or {}).get(LABEL_JOB)
+        with self.lock:
+            job = job or self.pod_jobs.get(ev.name)
+            if job is None:
+                return
+            if ev.type == "DELETED":
+                self.pods.get(job, {}).pop(ev.name, None)
+                self.pod_jobs.pop(ev.name, None)
+            else:
+                self.pods.setdefault(job, {})[ev.name] = ev.object
+                self.pod_jobs[ev.name] = job
+        self._sync(job, gone=False)
+
+    def _sync(self, job: str, gone: bool) -> None:
+        with self.lock:
+            workload = self.workloads.get(job)
+            pods = list(self.pods.get(job, {}).values())
+        try:
+            self.syncer.sync(job, workload, pods, gone=gone and workload is None)
+        except UNREACHABLE as e:
+            log.info("kubernetes: could not update %s (%s)", job, e)
+
+    def _on_event(self, ev: watch.WatchEvent) -> None:
+        obj = ev.object
+        if ev.type == "DELETED" or obj.get("type") != "Warning":
+            return
+        involved = obj.get("involvedObject") or {}
+        name = involved.get("name") or ""
+        with self.lock:
+            job = name if name in self.workloads else self.pod_jobs.get(name)
+        if job is None and involved.get("kind") == "Pod":
+            with contextlib.suppress(Exception):
+                pod = raw_json(self.cluster.core.read_namespaced_pod, name, self.namespace)
+                job = (pod["metadata"].get("labels") or {}).get(LABEL_JOB)
+        if job is not None:
+            self.syncer.add_cluster_event(job, obj)
+
+
+def _event_status(obj: dict[str, Any]) -> Any:
+    return obj.get("count"), obj.get("message"), obj.get("type")
+
+
+def _events_watch(
+    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None]
+) -> watch.NamespaceWatch:
+    import functools
+
+    from kubernetes import client
+
+    call = functools.partial(client.CoreV1Api(api).list_namespaced_event, ns)
+    return watch.NamespaceWatch(call, on_change, None, status_of=_event_status,
+                                name=f"watch-events-{ns}")  # fmt: skip
