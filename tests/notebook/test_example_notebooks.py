@@ -10,8 +10,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import nbformat
 import pytest
+import yaml
 from nbclient import NotebookClient
 
 from tests.notebook._kernel import output_text
@@ -72,6 +74,7 @@ def test_the_example_notebooks_are_committed_without_outputs() -> None:
         "02-data.ipynb",
         "03-monitoring.ipynb",
         "04-frameworks.ipynb",
+        "05-cluster.ipynb",
     ]
     for name in EXAMPLES:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -206,3 +209,26 @@ def test_frameworks(manager: JobManager, tmp_path: Path, monkeypatch: pytest.Mon
     # MPI: the contract's hostfile, 2 workers x 2 slots on this one host.
     assert "worker 0 np 4" in ran.text and "hostfile: 127.0.0.1 slots=4" in ran.text
     assert f"mpirun: {shutil.which('mpirun') or 'not installed here'}" in ran.text
+
+
+def test_cluster(manager: JobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No cluster: no KUBECONFIG and a HOME without ~/.kube, so every cell is a dry run.
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    ran = run_notebook("05-cluster.ipynb", tmp_path, monkeypatch)
+    assert "cluster configured: False" in ran.text
+    assert manager.list() == []  # dry runs create nothing
+    assert "Dry run: nothing was created" in ran.text and "1 GPU(s) per worker" in ran.text
+    # The printed manifests are what a cluster would get: valid objects, GPUs as limits.
+    (printed,) = [o for o in ran.cell("safe_dump_all").outputs if o.output_type == "stream"]
+    objects = list(yaml.safe_load_all(printed.text))
+    assert [o["kind"] for o in objects] == ["Service", "Job"]
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+    job = objects[1]["spec"]
+    assert job["completionMode"] == "Indexed" and job["completions"] == 2
+    (main,) = [c for c in job["template"]["spec"]["containers"] if c.get("workingDir")]
+    assert main["resources"]["limits"]["nvidia.com/gpu"] in (1, "1")
+    assert "kind: PyTorchJob" in ran.text and "Master:" in ran.text
+    assert "prefetch-data-0 : python -m workbench.data prefetch s3://datasets/mnist" in ran.text
+    assert "No cluster configured" in ran.text
