@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import builtins
+import secrets
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from ..errors import SpecError
@@ -25,6 +27,24 @@ def split_rank_prefix(line: str) -> tuple[int, str]:
     """The rank and the text of a line from an every-rank log stream."""
     head, _, text = line.partition("] ")
     return int(head.removeprefix("[rank ")), text
+
+
+def new_job_name(command: builtins.list[str], taken: Callable[[str], bool]) -> str:
+    """A fresh job name from the script's name plus a random suffix (``train-3f9a2``):
+    lower case, dashes, a letter first (a DNS-1035 label, so every backend can use it as an
+    object name), and not ``taken``."""
+    stem = "job"
+    for arg in command:
+        if arg.endswith((".py", ".sh")):
+            stem = PurePath(arg).stem
+            break
+    stem = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:40] or "job"
+    if not stem[0].isalpha():
+        stem = f"job-{stem}"[:40]
+    while True:
+        name = f"{stem}-{secrets.token_hex(3)[:5]}"
+        if not taken(name):
+            return name
 
 
 @dataclass(frozen=True)

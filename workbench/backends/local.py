@@ -11,7 +11,6 @@ import contextlib
 import errno
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -42,7 +41,7 @@ from ._diskspace import mount_point
 from ._jobfiles import JobFiles
 from ._logread import read_logs, tail_view
 from ._processes import kill_job_processes, same_process
-from .base import Backend, Capabilities, GpuHolder, GpuInfo, NodeInfo, NodeJob
+from .base import Backend, Capabilities, GpuHolder, GpuInfo, NodeInfo, NodeJob, new_job_name
 
 ACTIVE = list(ACTIVE_STATUSES)  # Pending, Running, Cancelling
 
@@ -273,16 +272,7 @@ class LocalBackend(Backend):
         )
 
     def _new_name(self, spec: TrainSpec) -> str:
-        stem = "job"
-        for arg in spec.command:
-            if arg.endswith((".py", ".sh")):
-                stem = Path(arg).stem
-                break
-        stem = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:40] or "job"
-        while True:
-            name = f"{stem}-{secrets.token_hex(3)[:5]}"
-            if not self.store.exists(name):
-                return name
+        return new_job_name(spec.command, self.store.exists)
 
     def _check_mounts(self, spec: TrainSpec) -> None:
         """Bad mounts fail here, at submit, naming what and where (workbench.data)."""

@@ -13,7 +13,6 @@ import builtins
 import contextlib
 import hashlib
 import json
-import secrets
 import shutil
 import threading
 import time
@@ -28,7 +27,7 @@ from ...settings import Settings, make_private_dir
 from ...spec import JobEvent, JobRecord, JobStatus, TrainSpec
 from ...store import JobStore
 from .._jobfiles import JobFiles
-from ..base import Backend, Capabilities, NodeInfo
+from ..base import Backend, Capabilities, NodeInfo, new_job_name
 from . import capacity
 from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
@@ -192,18 +191,7 @@ class KubernetesBackend(Backend):
         )
 
     def _new_name(self, spec: TrainSpec) -> str:
-        stem = "job"
-        for arg in spec.command:
-            if arg.endswith((".py", ".sh")):
-                stem = Path(arg).stem
-                break
-        stem = "".join(c if c.isalnum() else "-" for c in stem.lower()).strip("-")[:40] or "job"
-        if not stem[0].isalpha():
-            stem = f"job-{stem}"[:40]
-        while True:
-            name = f"{stem}-{secrets.token_hex(3)[:5]}"
-            if not self.store.exists(name):
-                return name
+        return new_job_name(spec.command, self.store.exists)
 
     def launch(self, plan: Plan) -> JobRecord:
         """Create the Secret, the Service and the workload, and record the job Pending.
