@@ -7,15 +7,16 @@ DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
 DEMO_NAME := demo-$(shell date +%s)
 
-.PHONY: setup system-deps node demo test lint typecheck unit bench clean images screenshots
+.PHONY: setup system-deps node demo test lint typecheck unit bench clean images screenshots constraints
 
 # The install builds labextension/ into the package (hatch-jupyter-builder runs jlpm, which
 # needs Node.js), so the venv waits for node.
-$(STAMP): pyproject.toml labextension/package.json labextension/yarn.lock | node
+$(STAMP): pyproject.toml .ci/constraints.txt labextension/package.json labextension/yarn.lock | node
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# torch is pinned: an open range can pull a multi-GB CUDA build.
-	$(BIN)/python -m pip install -q 'torch==2.13.0' -e '.[test,torch]'
+	# torch is pinned: an open range can pull a multi-GB CUDA build. The constraints keep
+	# pip's resolver from backtracking for many minutes (see .ci/constraints.txt).
+	$(BIN)/python -m pip install -q -c .ci/constraints.txt 'torch==2.13.0' -e '.[test,torch]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -91,6 +92,11 @@ screenshots: setup system-deps
 
 bench: setup
 	$(BIN)/python bench/bench_launch.py
+
+# Re-pin the dev venv's versions after a dependency change (review the diff).
+constraints: setup
+	{ sed -n '/^#/p' .ci/constraints.txt; $(BIN)/python -m pip freeze --exclude-editable; } \
+	  > .ci/constraints.txt.new && mv .ci/constraints.txt.new .ci/constraints.txt
 
 clean:
 	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache \
