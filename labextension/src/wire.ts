@@ -1589,9 +1589,9 @@ export interface TrainSpec {
    */
   backend?: string | null;
   /**
-   * how the local backend runs workers: auto (containers when an engine answers), process or container
+   * how workers run: auto (local: containers when an engine answers), process or container (local), pod (kubernetes)
    */
-  runtime?: 'auto' | 'process' | 'container';
+  runtime?: 'auto' | 'process' | 'container' | 'pod';
   /**
    * backend-specific options, checked by that backend (GET backends lists them): local takes runtime=process|container
    */

@@ -34,6 +34,7 @@ def plugin_dist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     (info / "entry_points.txt").write_text(
         f"[{GROUP}]\n"
         "ledger = tests.backends.ledger_backend:LedgerBackend\n"
+        "ledger-extra = tests.backends.ledger_backend:LedgerBackend [cloud]\n"
         "broken = wb_thirdparty_missing_module:Backend\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
@@ -58,6 +59,15 @@ def test_a_third_party_entry_point_loads_with_the_shared_store(plugin_dist, wb_h
     store = JobStore(wb_home / "jobs.db")
     backend = load_backend("ledger", settings=Settings.load(), catalog=None, store=store)
     assert isinstance(backend, LedgerBackend) and backend.store is store
+
+
+def test_an_entry_point_naming_an_extra_loads(plugin_dist, wb_home) -> None:
+    # pyproject declares `kubernetes = "...:KubernetesBackend [kubernetes]"`: the extra is
+    # not part of the attribute (a clean install failed to load the kubernetes backend).
+    store = JobStore(wb_home / "jobs.db")
+    backend = load_backend("ledger-extra", settings=Settings.load(), catalog=None, store=store)
+    assert isinstance(backend, LedgerBackend)
+    assert backend_entries()["ledger-extra"].hint == "pip install wb-thirdparty"
 
 
 def test_a_backend_that_fails_to_load_names_what_to_install(plugin_dist) -> None:

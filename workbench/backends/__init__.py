@@ -58,7 +58,8 @@ def _from_entry_point(ep: EntryPoint) -> BackendEntry:
         hint = f"pip install {dist}"
     elif ep.extras:
         hint = f"pip install '{DIST}[{','.join(ep.extras)}]'"
-    return BackendEntry(ep.name, ep.value, hint)
+    # module:attr without the "[extra]" an entry point may name (`ep.value` keeps it).
+    return BackendEntry(ep.name, f"{ep.module}:{ep.attr}", hint)
 
 
 @functools.cache
