@@ -28,6 +28,10 @@ function stripTitles(node, keep) {
     if (key === 'title' && !keep) continue;
     // Every shape is compiled as $defs: OpenAPI's components are no JSON Schema keyword,
     // and the compiler mistakes a property called "items" there for an array's.
+    // A $ref with sibling keywords (pydantic adds the field's description) is dereferenced
+    // into a new object, which the compiler then emits again as JobRecord1 and so on: keep
+    // the reference alone, so each named schema is one type.
+    if (key !== '$ref' && typeof node.$ref === 'string') continue;
     if (key === '$ref' && typeof value === 'string') {
       out[key] = value.replace(/^#\/components\/schemas\//, '#/$defs/');
       continue;

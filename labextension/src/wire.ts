@@ -18,7 +18,7 @@ export interface WireModel {
   EventJobDeleted: EventJobDeleted;
   EventReset: EventReset;
   GpuHolder: GpuHolder;
-  GpuMonitorState: GpuMonitorState1;
+  GpuMonitorState: GpuMonitorState;
   GpuProcess: GpuProcess;
   GpuRecord: GpuRecord;
   GpuSample: GpuSample;
@@ -28,7 +28,7 @@ export interface WireModel {
   InstanceSpec: InstanceSpec;
   JobEvent: JobEvent;
   JobPage: JobPage;
-  JobRecord: JobRecord1;
+  JobRecord: JobRecord;
   Metrics: Metrics;
   Mount: Mount;
   NodeGpu: NodeGpu;
@@ -42,7 +42,7 @@ export interface WireModel {
   RerunRequest: RerunRequest;
   ScalarRecord: ScalarRecord;
   SpecList: SpecList;
-  SubmittedSpec: SubmittedSpec1;
+  SubmittedSpec: SubmittedSpec;
   TrainSpec: TrainSpec;
 }
 /**
@@ -389,7 +389,10 @@ export interface EventHello {
   gpu: GpuMonitorState;
 }
 /**
- * the GPU monitor's state
+ * Whether GPU monitoring works here, and why not.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuMonitorState".
  */
 export interface GpuMonitorState {
   /**
@@ -419,7 +422,11 @@ export interface EventJob {
   job: JobRecord;
 }
 /**
- * the job's current record
+ * The one wire model (JobRecord.to_dict()): what every backend has at the top level,
+ * the backend's own state under ``details``.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "JobRecord".
  */
 export interface JobRecord {
   /**
@@ -515,7 +522,12 @@ export interface JobRecord {
   events: JobEvent[];
 }
 /**
- * the submitted TrainSpec, credentials masked
+ * The TrainSpec a job was submitted with, as stored: every default filled in, aliases
+ * resolved, mounts as SRC:DST:MODE text, credentials masked. Every key is optional and a
+ * number may be null: a record an older version stored may lack one or hold NaN.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "SubmittedSpec".
  */
 export interface SubmittedSpec {
   /**
@@ -735,22 +747,6 @@ export interface GpuHolder {
   share: number;
 }
 /**
- * Whether GPU monitoring works here, and why not.
- *
- * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "GpuMonitorState".
- */
-export interface GpuMonitorState1 {
-  /**
-   * the monitor's state in one word, e.g. ok, unavailable
-   */
-  state: string;
-  /**
-   * why monitoring is off, in plain words (null when ok)
-   */
-  reason: string | null;
-}
-/**
  * A GPU sample a job recorded, tied to its ranks where known.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
@@ -952,7 +948,7 @@ export interface JobPage {
   /**
    * the jobs on this page
    */
-  jobs: JobRecord1[];
+  jobs: JobRecord[];
   /**
    * jobs matching the filter, all pages
    */
@@ -965,106 +961,6 @@ export interface JobPage {
    * the page size asked for
    */
   limit: number;
-}
-/**
- * The one wire model (JobRecord.to_dict()): what every backend has at the top level,
- * the backend's own state under ``details``.
- *
- * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "JobRecord".
- */
-export interface JobRecord1 {
-  /**
-   * the job's unique name
-   */
-  name: string;
-  /**
-   * the job's state
-   */
-  status: 'Pending' | 'Running' | 'Cancelling' | 'Succeeded' | 'Failed' | 'Cancelled';
-  /**
-   * why it is in its state, in plain words, or null
-   */
-  message: string | null;
-  /**
-   * a short CamelCase cause of the current status: the reason of the newest event that changed it (Submitted, Queued, Started, Restarting, Succeeded, Cancelled, NonZeroExit, DeadlineExceeded, SupervisorLost, DiskFull, ...), or null
-   */
-  reason: string | null;
-  /**
-   * the backend that runs it, e.g. local
-   */
-  backend: string;
-  /**
-   * the resolved image reference
-   */
-  image: string;
-  spec: SubmittedSpec;
-  /**
-   * Unix time it was submitted
-   */
-  created_at: number;
-  /**
-   * Unix time it started running, or null
-   */
-  started_at: number | null;
-  /**
-   * Unix time it ended, or null
-   */
-  finished_at: number | null;
-  /**
-   * seconds it has run (0 before it starts)
-   */
-  elapsed: number;
-  /**
-   * the current attempt, 1-based (retries add one)
-   */
-  attempt: number;
-  /**
-   * times it was started again after a failure: attempt - 1
-   */
-  restarts: number;
-  /**
-   * how many times a failed attempt is retried
-   */
-  max_retries: number;
-  /**
-   * price per worker-hour
-   */
-  price_per_hour: number;
-  /**
-   * estimated cost so far: price x hours x workers
-   */
-  cost: number;
-  /**
-   * workers requested
-   */
-  workers: number;
-  /**
-   * GPUs each worker has (the spec's gpus; a fraction shares one); null if not finite
-   */
-  gpus_per_worker: number | null;
-  /**
-   * GPUs in the whole job: gpus_per_worker x workers; null if not finite
-   */
-  gpus_total: number | null;
-  /**
-   * the host or node that runs rank 0, null until known
-   */
-  node: string | null;
-  /**
-   * backend-only state written by the job's backend (local: job_dir, runtime, supervisor_pid, gpu_alloc; pod names on Kubernetes)
-   */
-  details: {
-    [k: string]: unknown;
-  };
-  /**
-   * the workers of the current attempt
-   */
-  ranks: RankRecord[];
-  /**
-   * what happened to the job, oldest first
-   */
-  events: JobEvent[];
 }
 /**
  * A job's reported metrics, oldest first (JobManager.metrics).
@@ -1375,104 +1271,6 @@ export interface SpecList {
    * every instance spec of the catalogue
    */
   specs: InstanceSpec[];
-}
-/**
- * The TrainSpec a job was submitted with, as stored: every default filled in, aliases
- * resolved, mounts as SRC:DST:MODE text, credentials masked. Every key is optional and a
- * number may be null: a record an older version stored may lack one or hold NaN.
- *
- * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "SubmittedSpec".
- */
-export interface SubmittedSpec1 {
-  /**
-   * the program and its arguments
-   */
-  command?: string[];
-  /**
-   * the job's name
-   */
-  name?: string | null;
-  /**
-   * the image as asked for (catalogue name or reference)
-   */
-  image?: string;
-  /**
-   * workers in the gang
-   */
-  workers?: number | null;
-  /**
-   * GPUs per worker (the request's name)
-   */
-  gpus?: number | null;
-  /**
-   * processes per worker
-   */
-  procs_per_worker?: number | null;
-  /**
-   * the instance spec
-   */
-  instance_spec?: string | null;
-  /**
-   * vCPUs per worker, or null
-   */
-  cpu?: number | null;
-  /**
-   * memory per worker, or null
-   */
-  memory?: string | null;
-  /**
-   * the distributed env contract
-   */
-  framework?: string | null;
-  /**
-   * data mounts SRC:DST:MODE, credentials masked
-   */
-  data?: string[];
-  /**
-   * outputs URL:DST:MODE, credentials masked
-   */
-  outputs?: string[];
-  /**
-   * environment, secret values masked
-   */
-  env?: {
-    [k: string]: string;
-  };
-  /**
-   * the ranks' working directory
-   */
-  working_dir?: string | null;
-  /**
-   * times a failed attempt is retried
-   */
-  max_retries?: number | null;
-  /**
-   * the deadline in seconds, or null
-   */
-  timeout?: number | null;
-  /**
-   * the priority class, or null
-   */
-  priority?: string | null;
-  /**
-   * the queue, or null
-   */
-  queue?: string | null;
-  /**
-   * the backend asked for, or null
-   */
-  backend?: string | null;
-  /**
-   * the runtime asked for (auto, process, container)
-   */
-  runtime?: string;
-  /**
-   * options for the backend (validated by it), e.g. runtime
-   */
-  backend_options?: {
-    [k: string]: unknown;
-  };
 }
 /**
  * A training job request (POST /workbench/api/jobs). Field names follow Kubeflow where
