@@ -7,6 +7,7 @@ import copy
 import functools
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -16,7 +17,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.fakes.kube_mpijob import config_map  # what training-operator v1.9 writes
 from tests.fakes.kube_pytorchjob import operator_env  # what training-operator v1.9 adds
+from tests.fakes.kube_tfjob import tf_config
+from workbench.backends.kubernetes.kubeflow import MPI_AS_ROOT, replica_templates
 from workbench.backends.kubernetes.manifests import (
     INDEX_ANNOTATION,
     LABEL_JOB,
@@ -82,7 +86,10 @@ def crd_validator(kind: str) -> jsonschema.Draft7Validator:
     """A validator for the CRD's openAPIV3Schema, strict as the API server's pruning is:
     an object with declared properties takes no others (an unknown field would be
     silently dropped). Built once: checking the schema itself takes seconds."""
-    for doc in yaml.safe_load_all((CRDS / f"kubeflow.org_{kind.lower()}s.yaml").read_text()):
+    # libyaml's loader: the pure-Python one takes seconds per 600 kB CRD.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    text = (CRDS / f"kubeflow.org_{kind.lower()}s.yaml").read_text()
+    for doc in yaml.load_all(text, Loader=loader):
         if doc["spec"]["names"]["kind"] == kind:
             schema = next(v for v in doc["spec"]["versions"] if v["name"] == "v1")["schema"]
             strict = _strict(copy.deepcopy(schema["openAPIV3Schema"]))
@@ -107,9 +114,7 @@ def _strict(node: Any) -> Any:
 def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if obj["kind"] == "Job":
         return [obj["spec"]["template"]]
-    if obj["kind"] == "PyTorchJob":
-        return [r["template"] for r in obj["spec"]["pytorchReplicaSpecs"].values()]
-    return []
+    return replica_templates(obj)
 
 
 def validate(obj: dict[str, Any]) -> None:
@@ -129,12 +134,18 @@ def validate(obj: dict[str, Any]) -> None:
         kubernetes_validate.validate(wrapped, K8S_VERSION, strict=True)
 
 
-MATRIX = [(f, g, m) for f in ("indexed", "kubeflow") for g in (0, 1, 2) for m in MOUNTS]
+KINDS = [("indexed", "pytorch"), ("kubeflow", "pytorch"), ("kubeflow", "tensorflow"),
+         ("kubeflow", "mpi")]  # fmt: skip
+# TFJob and MPIJob share the pod builder with PyTorchJob: GPUs 0 and 2 cover their own part.
+MATRIX = [(f, fw, g, m) for f, fw in KINDS for g in ((0, 1, 2) if fw == "pytorch" else (0, 2))
+          for m in MOUNTS]  # fmt: skip
 
 
-@pytest.mark.parametrize(("flavor", "gpus", "mounts"), MATRIX)
-def test_every_manifest_validates_and_agrees(flavor: str, gpus: int, mounts: str) -> None:
-    spec = make(workers=3, gpus=gpus, mounts=mounts)
+@pytest.mark.parametrize(("flavor", "framework", "gpus", "mounts"), MATRIX)
+def test_every_manifest_validates_and_agrees(
+    flavor: str, framework: str, gpus: int, mounts: str
+) -> None:
+    spec = make(workers=3, gpus=gpus, mounts=mounts, framework=framework)
     job = rendered(spec, flavor)
     for obj in job.display_manifests():
         validate(obj)
@@ -143,6 +154,10 @@ def test_every_manifest_validates_and_agrees(flavor: str, gpus: int, mounts: str
         assert DNS1123_LABEL.match(obj["metadata"]["name"]) and len(obj["metadata"]["name"]) <= 63
     pods = [t for obj in job.manifests for t in pod_templates(obj)]
     assert pods, "a workload with a pod template"
+    if framework == "mpi":  # the launcher runs mpirun only: no GPUs, no data
+        launcher = pods.pop(0)["spec"]
+        assert "nvidia.com/gpu" not in launcher["containers"][0]["resources"]["limits"]
+        assert "volumes" not in launcher and "initContainers" not in launcher
     for tmpl in pods:
         pod = tmpl["spec"]
         assert pod["restartPolicy"] == "Never"
@@ -164,12 +179,27 @@ def test_every_manifest_validates_and_agrees(flavor: str, gpus: int, mounts: str
     if flavor == "indexed":
         assert sorted(kinds) == ["Job", "Service"]
         _check_indexed(job, spec)
-    else:
+    elif framework == "pytorch":
         assert kinds == ["PyTorchJob"]
         replicas = job.manifests[0]["spec"]["pytorchReplicaSpecs"]
         assert sum(r["replicas"] for r in replicas.values()) == spec.workers
         assert replicas["Master"]["replicas"] == 1
         assert replicas["Master"]["template"]["spec"]["containers"][0]["name"] == "pytorch"
+    elif framework == "tensorflow":
+        assert kinds == ["TFJob"]
+        replicas = job.manifests[0]["spec"]["tfReplicaSpecs"]
+        assert (replicas["Chief"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+        for r in replicas.values():  # what the operator reads TF_CONFIG's port from
+            (main,) = r["template"]["spec"]["containers"]
+            assert main["name"] == "tensorflow"
+            assert main["ports"] == [{"name": "tfjob-port", "containerPort": 2222}]
+    else:
+        assert kinds == ["MPIJob"]
+        body = job.manifests[0]["spec"]
+        assert body["slotsPerWorker"] == (spec.procs_per_worker or 1)
+        assert body["runPolicy"]["cleanPodPolicy"] == "Running"
+        replicas = body["mpiReplicaSpecs"]
+        assert (replicas["Launcher"]["replicas"], replicas["Worker"]["replicas"]) == (1, 3)
     for obj in job.manifests:
         assert obj["metadata"]["namespace"] == "team-a"
     _check_mount(job, mounts)
@@ -192,7 +222,8 @@ def _names(obj: Any) -> list[str]:
         for v in obj:
             out += _names(v)
     # env var names are C identifiers, not DNS names
-    return [n for n in out if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", n)]
+    return [n for n in out if not (re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
+                                   and re.search(r"[A-Z_]", n))]  # fmt: skip
 
 
 def _check_indexed(job: RenderedJob, spec: TrainSpec) -> None:
@@ -210,7 +241,7 @@ def _check_indexed(job: RenderedJob, spec: TrainSpec) -> None:
 
 
 def _check_mount(job: RenderedJob, mounts: str) -> None:
-    pod = pod_templates(job.manifests[-1])[0]["spec"]
+    pod = pod_templates(job.manifests[-1])[-1]["spec"]  # a worker's
     main = pod["containers"][0]
     if mounts == "none":
         assert "volumes" not in pod and "volumeMounts" not in main
@@ -368,7 +399,8 @@ def test_service_name_is_a_dns_1035_label_for_digit_names() -> None:
         ({"data": ["s3://bucket-a/x:data"]}, "indexed", "data"),  # relative, no working_dir
         ({"outputs": ["s3://bucket-a/out:/out"]}, "indexed", "outputs"),
         ({"gpus": 0.5}, "indexed", "gpus"),
-        ({"image": "tensorflow"}, "kubeflow", "framework"),
+        ({"image": "tensorflow"}, "indexed", "backend_options.flavor"),
+        ({"framework": "mpi"}, "indexed", "backend_options.flavor"),
         ({"data": ["s3://bucket-a/x?secret=abcdef:/data"]}, "indexed", "data"),
     ],
 )
@@ -420,12 +452,83 @@ def test_outputs_on_pvc_are_writable_and_relative_paths_join_working_dir() -> No
                 0
             ].update(imagePullPolicy=1),
         ),
+        ("tensorflow", lambda o: o["spec"].update(tfReplicaSpec=o["spec"].pop("tfReplicaSpecs"))),
+        ("tensorflow", lambda o: o["spec"]["tfReplicaSpecs"]["Chief"].update(replicas="1")),
+        ("mpi", lambda o: o["spec"].update(slotsPerWorker="1")),
+        (
+            "mpi",
+            lambda o: o["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][
+                0
+            ].update(command="mpirun"),
+        ),
     ],
 )
 def test_the_validation_catches_a_broken_manifest(flavor: str, breakage: Any) -> None:
     """The checks above can fail: one wrong field or type in a rendered object is caught."""
-    obj = copy.deepcopy(rendered(make(), flavor).manifests[-1])
+    framework = flavor if flavor in ("tensorflow", "mpi") else "pytorch"
+    flavor = "indexed" if flavor == "indexed" else "kubeflow"
+    obj = copy.deepcopy(rendered(make(framework=framework), flavor).manifests[-1])
     validate(obj)
     breakage(obj)
     with pytest.raises((kubernetes_validate.ValidationError, jsonschema.ValidationError)):
         validate(obj)
+
+
+def test_tfjob_pods_see_tf_config_as_the_operator_sets_it() -> None:
+    """Chief + Worker replicas: the operator's TF_CONFIG names every replica by its
+    Service; the shell gives WORKBENCH_RANK = Chief 0, Worker i + 1."""
+    job = rendered(make(workers=3, framework="tensorflow"), "kubeflow").manifests[0]
+    specs = job["spec"]["tfReplicaSpecs"]
+    hosts = {"chief": ["mnist-1-chief-0.team-a.svc:2222"],
+             "worker": ["mnist-1-worker-0.team-a.svc:2222", "mnist-1-worker-1.team-a.svc:2222"]}  # fmt: skip
+    for rank, (rtype, index) in enumerate([("chief", 0), ("worker", 0), ("worker", 1)]):
+        main = specs[rtype.capitalize()]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e for e in main["env"]}
+        assert "TF_CONFIG" not in env, "the operator sets it: a second one would hide it"
+        config = json.loads(tf_config(job, rtype, index) or "")
+        assert config == {"cluster": hosts, "task": {"type": rtype, "index": index},
+                          "environment": "cloud"}  # fmt: skip
+        assert env["WORKBENCH_WORLD_SIZE"]["value"] == "3"
+        if rtype == "chief":
+            assert env["WORKBENCH_RANK"]["value"] == "0"
+            assert main["command"] == ["torchrun", "train.py", "--epochs", "3"]
+        else:  # the pod's replica-index label, through the downward API, plus one
+            ref = env["WORKBENCH_REPLICA_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+            assert ref == "metadata.labels['training.kubeflow.org/replica-index']"
+            assert "$$((WORKBENCH_REPLICA_INDEX + 1))" in main["command"][2]
+            script = main["command"][2].replace("$$", "$").replace('exec "$0" "$@"', "")
+            out = subprocess.run(["sh", "-c", script + ' echo "$WORKBENCH_RANK"'], text=True,
+                                 env={"WORKBENCH_REPLICA_INDEX": str(index)}, capture_output=True)  # fmt: skip
+            assert out.stdout.strip() == str(rank)
+    single = rendered(make(workers=1, framework="tensorflow"), "kubeflow").manifests[0]
+    assert list(single["spec"]["tfReplicaSpecs"]) == ["Chief"]
+    assert tf_config(single, "chief", 0) is None  # one replica: a local job, no TF_CONFIG
+
+
+@pytest.mark.parametrize(
+    "command", [["python", "allreduce.py"], ["mpirun", "-np", "4", "python", "a.py"]]
+)
+def test_mpijob_launcher_runs_mpirun_over_the_operators_hostfile(command: list[str]) -> None:
+    spec = make(workers=2, procs_per_worker=2, gpus=2, framework="mpi", command=command)
+    job = rendered(spec, "kubeflow").manifests[0]
+    replicas = job["spec"]["mpiReplicaSpecs"]
+    launcher = replicas["Launcher"]["template"]["spec"]["containers"][0]
+    worker = replicas["Worker"]["template"]["spec"]["containers"][0]
+    assert job["spec"]["slotsPerWorker"] == 2
+    cm = config_map({**job, "metadata": {**job["metadata"], "uid": "u1"}}, [])["data"]
+    assert cm["hostfile"] == "mnist-1-worker-0 slots=2\nmnist-1-worker-1 slots=2\n"
+    if command[0] == "mpirun":
+        assert launcher["command"] == command  # the user's own mpirun, as given
+    else:
+        assert launcher["command"] == ["mpirun", "-np", "4", "python", "allreduce.py"]
+    lenv = {e["name"]: e.get("value") for e in launcher["env"]}
+    wenv = {e["name"]: e for e in worker["env"]}
+    # the operator's launcher variables are the operator's: never set twice
+    assert not {"OMPI_MCA_orte_default_hostfile", "OMPI_MCA_plm_rsh_agent"} & set(lenv)
+    assert {k: lenv[k] for k in MPI_AS_ROOT} == MPI_AS_ROOT  # images run as root
+    assert "command" not in worker  # the operator lets it sleep until mpirun comes
+    assert worker["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    ref = wenv["WORKBENCH_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert ref == "metadata.labels['training.kubeflow.org/replica-index']"
+    assert wenv["WORKBENCH_MPI_NP"]["value"] == "4" and wenv["HF_TOKEN"]["valueFrom"]
+    validate(job)

@@ -47,7 +47,8 @@ class KubernetesBackend(Backend):
     name = BACKEND
     options = {
         "namespace": "the namespace to run in (default: kubernetes.namespace in the config)",
-        "flavor": "indexed (a batch/v1 Indexed Job, any cluster) | kubeflow (a PyTorchJob)",
+        "flavor": "indexed (a batch/v1 Indexed Job, any cluster) | kubeflow (a PyTorchJob, "
+        "TFJob or MPIJob by the framework)",
         "context": "the kubeconfig context to use",
     }
 
@@ -127,8 +128,8 @@ class KubernetesBackend(Backend):
                 reachable, served = False, flavor == "kubeflow"
             if flavor == "kubeflow" and not served:
                 raise SpecError("backend_options.flavor", "the cluster does not serve "
-                                "kubeflow.org/v1 PyTorchJobs", "use flavor indexed, or install "
-                                "the Kubeflow training-operator")  # fmt: skip
+                                "kubeflow.org/v1 (PyTorchJob, TFJob, MPIJob)", "use flavor "
+                                "indexed, or install the Kubeflow training-operator")  # fmt: skip
             flavor = "kubeflow" if served else "indexed"
         elif flavor == "auto":
             flavor = "indexed"

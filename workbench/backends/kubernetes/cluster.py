@@ -16,10 +16,11 @@ from kubernetes.config.config_exception import ConfigException
 
 from ...errors import BackendUnavailableError, SpecError, SubmitError
 from .config import KubeSettings
+from .kubeflow import PLURALS
 from .manifests import LABEL_JOB
 
 BACKEND = "kubernetes"
-KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
+KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")  # (group, version, plural) of PyTorchJobs
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 NO_CLUSTER_HINT = "set KUBECONFIG (or kubernetes.kubeconfig in the workbench config)"
 
@@ -105,7 +106,7 @@ class Cluster:
 
     @property
     def custom(self) -> client.CustomObjectsApi:
-        """Custom resources (PyTorchJobs)."""
+        """Custom resources (PyTorchJobs, TFJobs, MPIJobs)."""
         return client.CustomObjectsApi(self.api)
 
     def serves(self, group: str, version: str) -> bool:
@@ -130,9 +131,9 @@ class Cluster:
                 return raw_json(self.core.create_namespaced_service, namespace, obj)
             if kind == "Job":
                 return raw_json(self.batch.create_namespaced_job, namespace, obj)
-            if kind == "PyTorchJob":
+            if kind in PLURALS:  # PyTorchJob, TFJob, MPIJob
                 return raw_json(self.custom.create_namespaced_custom_object,
-                                *KUBEFLOW[:2], namespace, KUBEFLOW[2], obj)  # fmt: skip
+                                *KUBEFLOW[:2], namespace, PLURALS[kind], obj)  # fmt: skip
         except ApiException as e:
             if e.status == 409:
                 name = obj["metadata"]["name"]
@@ -142,11 +143,11 @@ class Cluster:
         raise SubmitError(BACKEND, f"cannot create a {kind}")
 
     def workload(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-        """The job's Job or PyTorchJob, or None when there is none."""
+        """The job's Job or Kubeflow job, or None when there is none."""
         try:
-            if kind == "PyTorchJob":
+            if kind in PLURALS:
                 return raw_json(self.custom.get_namespaced_custom_object,
-                                *KUBEFLOW[:2], namespace, KUBEFLOW[2], name)  # fmt: skip
+                                *KUBEFLOW[:2], namespace, PLURALS[kind], name)  # fmt: skip
             return raw_json(self.batch.read_namespaced_job, name, namespace)
         except ApiException as e:
             if e.status == 404:
@@ -157,9 +158,9 @@ class Cluster:
         """Delete in the foreground (pods first); False when it was already gone."""
         body = client.V1DeleteOptions(propagation_policy="Foreground")
         try:
-            if kind == "PyTorchJob":
+            if kind in PLURALS:
                 self.custom.delete_namespaced_custom_object(
-                    *KUBEFLOW[:2], namespace, KUBEFLOW[2], name, body=body
+                    *KUBEFLOW[:2], namespace, PLURALS[kind], name, body=body
                 )
             else:
                 self.batch.delete_namespaced_job(name, namespace, body=body)

@@ -7,9 +7,9 @@ Two flavours:
   subdomain the Service, so rank 0 is ``JOB-0.SERVICE``. Ranks come from the
   ``batch.kubernetes.io/job-completion-index`` annotation (what JOB_COMPLETION_INDEX is
   made of), through the downward API.
-* ``kubeflow``: a kubeflow.org/v1 PyTorchJob (Master + Worker replicas). The
-  training-operator sets MASTER_ADDR/PORT, WORLD_SIZE, RANK and PET_* itself
-  (pkg/controller.v1/pytorch/envvar.go); workbench adds the rest of the contract.
+* ``kubeflow``: a kubeflow.org/v1 PyTorchJob, TFJob or MPIJob by the spec's framework
+  (kubeflow.py). The training-operator sets the framework's own variables itself
+  (MASTER_ADDR/RANK/PET_*, TF_CONFIG, the MPI hostfile); workbench adds the rest.
 
 Both give each worker the env of workbench.contract, the same a local job gets, so an
 unmodified ``torchrun`` forms the world from PET_*. Workers other than rank 0 wait in an
@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +33,7 @@ from ...contract import World, worker_env
 from ...errors import MountError, SpecError
 from ...redaction import REDACTED, redact_url, userinfo_credentials
 from ...spec import Mount, TrainSpec
+from .kubeflow import render_kubeflow
 
 FLAVORS = ("indexed", "kubeflow")
 LABEL_JOB = "workbench.io/job"
@@ -41,12 +42,6 @@ LABEL_MANAGED = "app.kubernetes.io/managed-by"
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 GPU_RESOURCE = "nvidia.com/gpu"
 STAGE_ROOT = "/workbench/stage"
-# Variables the training-operator sets on every PyTorchJob pod: workbench must not repeat
-# them (a duplicate name hides the first, and the API server warns about it).
-KUBEFLOW_SETS = frozenset(
-    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NODE_RANK", "PET_NNODES",
-     "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PYTHONUNBUFFERED"}
-)  # fmt: skip
 RANK_DEPENDENT = ("RANK", "PET_NODE_RANK", "WORKBENCH_RANK")
 # URL userinfo -> the variables fsspec's implementation reads (workbench.data.urls).
 CREDENTIAL_ENV = {
@@ -128,11 +123,13 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
     if not spec.name:
         raise SpecError("name", "a cluster job needs a name", "give --name, e.g. mnist-1")
     framework = spec.framework or "pytorch"
-    if framework not in ("pytorch", "plain"):
+    if flavor == "indexed" and framework in ("tensorflow", "mpi"):
+        # TF_CONFIG names each task and MPI needs a launcher: their operators do that.
         raise SpecError(
-            "framework",
-            f"{framework} jobs are not supported on Kubernetes yet",
-            "use a pytorch or plain image (TFJob and MPIJob come with issue 11)",
+            "backend_options.flavor",
+            f"a {framework} job needs the {'TFJob' if framework == 'tensorflow' else 'MPIJob'} "
+            "of flavour kubeflow, not an Indexed Job",
+            "use --flavor kubeflow (a cluster with the Kubeflow training-operator)",
         )
     if spec.gpus and spec.gpus != int(spec.gpus):
         raise SpecError(
@@ -148,10 +145,7 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
         )
     builder = _PodBuilder(spec, offer, image, options, flavor)
     labels = job_labels(spec.name, flavor)
-    if flavor == "indexed":
-        manifests = _indexed(spec, options, builder, labels)
-    else:
-        manifests = _kubeflow(spec, options, builder, labels)
+    manifests = RENDERERS[flavor](spec, options, builder, labels)
     secret = None
     if builder.secret_data:
         secret = {
@@ -224,48 +218,14 @@ def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
     return [service, job]
 
 
-def _kubeflow(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
-              labels: dict[str, str]) -> list[dict[str, Any]]:  # fmt: skip
-    name = spec.name or ""
-    master = f"{name}-master-0"  # the operator's replicaName(job, Master, 0)
-    world = World(spec.workers, spec.procs_per_worker or 1, master, options.master_port,
-                  (master,), (options.master_port,))  # fmt: skip
-    contract = worker_env(spec.framework or "pytorch", world, 0, name)
-    env = [{"name": k, "value": v} for k, v in contract.items()
-           if k not in KUBEFLOW_SETS and k not in RANK_DEPENDENT]  # fmt: skip
-    # The operator sets RANK per pod; one template serves every worker, so the shell
-    # copies it into the contract's WORKBENCH_RANK before it runs the command.
-    command = ["sh", "-c", 'export WORKBENCH_RANK="$RANK"; exec "$0" "$@"', *builder.args()]
-
-    def replica(count: int, init: list[dict[str, Any]]) -> dict[str, Any]:
-        pod = builder.pod_spec("pytorch", env, command, init, port_name="pytorchjob-port")
-        pod["restartPolicy"] = "Never"
-        return {
-            "replicas": count,
-            "restartPolicy": "Never",
-            "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
-        }
-
-    replicas = {"Master": replica(1, [])}
-    if spec.workers > 1:
-        replicas["Worker"] = replica(spec.workers - 1, [builder.wait_for_master(master)])
-    run_policy: dict[str, Any] = {"cleanPodPolicy": "None", "backoffLimit": spec.max_retries}
-    if spec.timeout:
-        run_policy["activeDeadlineSeconds"] = math.ceil(spec.timeout)
-    if options.ttl_seconds_after_finished is not None:
-        run_policy["ttlSecondsAfterFinished"] = options.ttl_seconds_after_finished
-    return [
-        {
-            "apiVersion": "kubeflow.org/v1",
-            "kind": "PyTorchJob",
-            "metadata": _meta(name, options, labels),
-            "spec": {
-                "nprocPerNode": str(spec.procs_per_worker or 1),
-                "runPolicy": run_policy,
-                "pytorchReplicaSpecs": replicas,
-            },
-        }
-    ]
+# flavour -> renderer(spec, options, builder, labels) -> manifests (the workload last)
+Renderer = Callable[
+    [TrainSpec, ClusterOptions, "_PodBuilder", dict[str, str]], list[dict[str, Any]]
+]
+RENDERERS: dict[str, Renderer] = {
+    "indexed": _indexed,
+    "kubeflow": render_kubeflow,
+}
 
 
 class _PodBuilder:

@@ -78,7 +78,7 @@ class PodLogs:
         pods = [
             p for p in self.cluster.pods(d["namespace"], record.name) if owned_by(p, d.get("uid"))
         ]
-        return {r: v.pod for r, v in ranks_of(pods).items()}
+        return {r: v.log_pod or v.pod for r, v in ranks_of(pods).items()}
 
     def _pod(self, record: JobRecord, rank: int) -> dict[str, Any] | None:
         d = record.details
@@ -86,7 +86,11 @@ class PodLogs:
             p for p in self.cluster.pods(d["namespace"], record.name) if owned_by(p, d.get("uid"))
         ]
         view = ranks_of(pods).get(rank)
-        return next((p for p in pods if p["metadata"]["name"] == view.pod), None) if view else None
+        return (
+            next((p for p in pods if p["metadata"]["name"] == (view.log_pod or view.pod)), None)
+            if view
+            else None
+        )
 
     def rank_lines(self, backend: KubernetesBackend, record: JobRecord, rank: int, follow: bool,
                    tail: int | None, stop: threading.Event | None) -> Iterator[str]:  # fmt: skip

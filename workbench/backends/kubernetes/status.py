@@ -1,8 +1,10 @@
 """Cluster objects -> workbench status. Pure: dicts in (as the API returns them), values out.
 
 A job's ranks come from its pods (the completion index of an Indexed Job's pod, the
-replica type and index of a PyTorchJob's); its status from the workload's conditions,
-then from the pods while it has none.
+replica type and index of a Kubeflow job's: Master/Chief 0 and Worker i -> i + 1 for a
+PyTorchJob or TFJob, Worker i -> i for an MPIJob, whose launcher runs mpirun for every
+rank: its log is rank 0's and, once it has ended, its result is every rank's); its
+status from the workload's conditions, then from the pods while it has none.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import calendar
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...spec import JobStatus, RankState
@@ -39,6 +41,7 @@ class RankView:
     started_at: float | None = None
     finished_at: float | None = None
     reason: str | None = None  # the container's terminated/waiting reason
+    log_pod: str | None = None  # where the rank's output is, when not its own pod (MPI)
 
     def columns(self) -> dict[str, Any]:
         """The rank row's columns (JobStore.set_rank)."""
@@ -83,13 +86,26 @@ def rank_of(pod: dict[str, Any]) -> int | None:
         return int(index)
     kind = labels.get(REPLICA_TYPE)
     if kind is not None and labels.get(REPLICA_INDEX) is not None:
-        return int(labels[REPLICA_INDEX]) + (0 if kind.lower() == "master" else 1)
+        if _owner_kind(pod) == "MPIJob":  # the launcher is no rank; workers hold them all
+            return int(labels[REPLICA_INDEX]) if kind.lower() == "worker" else None
+        return int(labels[REPLICA_INDEX]) + (0 if kind.lower() in ("master", "chief") else 1)
     return None
 
 
-def rank_view(pod: dict[str, Any]) -> RankView | None:
+def _owner_kind(pod: dict[str, Any]) -> str | None:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return next((r.get("kind") for r in refs if r.get("controller")), None)
+
+
+def is_mpi_launcher(pod: dict[str, Any]) -> bool:
+    """True for the launcher pod of an MPIJob (runs mpirun; no rank of its own)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return _owner_kind(pod) == "MPIJob" and labels.get(REPLICA_TYPE, "").lower() == "launcher"
+
+
+def rank_view(pod: dict[str, Any], rank: int | None = None) -> RankView | None:
     """A pod's rank, state, node, restarts and exit code (None for a pod without a rank)."""
-    rank = rank_of(pod)
+    rank = rank_of(pod) if rank is None else rank
     if rank is None:
         return None
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
@@ -126,7 +142,11 @@ def rank_view(pod: dict[str, Any]) -> RankView | None:
 def ranks_of(pods: Iterable[dict[str, Any]]) -> dict[int, RankView]:
     """Rank -> the view of its newest pod (a retried index has more than one)."""
     newest: dict[int, tuple[int, RankView]] = {}
+    launcher: RankView | None = None
     for pod in pods:
+        if is_mpi_launcher(pod):
+            launcher = rank_view(pod, rank=0)
+            continue
         view = rank_view(pod)
         if view is None:
             continue
@@ -135,7 +155,25 @@ def ranks_of(pods: Iterable[dict[str, Any]]) -> dict[int, RankView]:
         order = (parse_time(created) or 0) * 1e9 + rv
         if view.rank not in newest or order >= newest[view.rank][0]:
             newest[view.rank] = (int(order), view)
-    return {r: v for r, (_, v) in sorted(newest.items())}
+    ranks = {r: v for r, (_, v) in sorted(newest.items())}
+    return ranks if launcher is None else _with_launcher(ranks, launcher)
+
+
+def _with_launcher(ranks: dict[int, RankView], launcher: RankView) -> dict[int, RankView]:
+    """An MPIJob's ranks with what its launcher says: mpirun's output (every rank's) is
+    rank 0's log; mpirun exits 0 only when every rank did, so its success is each rank's
+    (the workers, which only slept, are deleted after it); its failure is rank 0's."""
+    out = dict(ranks)
+    if 0 not in out:  # the workers are gone (cleaned after the launcher) or not made yet
+        out[0] = launcher
+    out[0] = replace(out[0], log_pod=launcher.pod)
+    done = launcher.state in (RankState.SUCCEEDED, RankState.FAILED)
+    for r, v in out.items():
+        if launcher.state is RankState.SUCCEEDED or (done and r == 0):
+            out[r] = replace(v, state=launcher.state, exit_code=launcher.exit_code,
+                             finished_at=launcher.finished_at, reason=launcher.reason,
+                             started_at=v.started_at or launcher.started_at)  # fmt: skip
+    return dict(sorted(out.items()))
 
 
 def conditions(workload: dict[str, Any] | None) -> dict[str, dict[str, Any]]:

@@ -5,7 +5,7 @@ rows (only what changed, so the change feed carries each change once). It also c
 out gang retries: a failed attempt with retries left is deleted in the foreground and
 created again with the next WORKBENCH_ATTEMPT once it is gone, as the local supervisor
 restarts a gang. ``NamespaceTracker`` keeps one watch per namespace and resource (pods,
-Jobs, PyTorchJobs, Events) and calls ``sync`` from the watch threads.
+Jobs, PyTorchJobs, TFJobs, MPIJobs, Events) and calls ``sync`` from the watch threads.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...spec import JobEvent, JobStatus, RankState
 from ...store import JobStore
 from . import watch
 from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster, raw_json
+from .kubeflow import PLURALS, replica_templates
 from .manifests import LABEL_JOB
 from .status import JobView, RankView, job_view
 
@@ -125,8 +126,10 @@ class JobSync:
             level = "info" if view.status is JobStatus.SUCCEEDED else "error"
             if _COPY_AT_END and details.get("job_dir"):
                 with contextlib.suppress(Exception):  # logs outlive pod garbage collection
-                    self.save_logs(details["namespace"], details["job_dir"],
-                                   {r: v.pod for r, v in view.ranks.items()}, int(row["attempt"]))  # fmt: skip
+                    logs = {r: v.log_pod or v.pod for r, v in view.ranks.items()}
+                    self.save_logs(
+                        details["namespace"], details["job_dir"], logs, int(row["attempt"])
+                    )
             self.store.finish_if_active(name, view.status, view.message,
                                         JobEvent(now, view.status.value, view.message, level),
                                         RankState.STOPPED)  # fmt: skip
@@ -150,7 +153,10 @@ class JobSync:
         retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
         with contextlib.suppress(Exception):  # the attempt's logs outlive its pods
             self.save_logs(
-                ns, details["job_dir"], {r: v.pod for r, v in view.ranks.items()}, attempt
+                ns,
+                details["job_dir"],
+                {r: v.log_pod or v.pod for r, v in view.ranks.items()},
+                attempt,
             )
         # The Secret and Service belong to the workload: free them so they outlive it.
         for kind, obj in (("Service", details.get("service")), ("Secret", details.get("secret"))):
@@ -222,8 +228,7 @@ def set_attempt(workload: dict[str, Any], attempt: int) -> None:
         meta.pop(key, None)
     workload.pop("status", None)
     spec = workload.get("spec") or {}
-    templates = [spec["template"]] if "template" in spec else [
-        r["template"] for r in (spec.get("pytorchReplicaSpecs") or {}).values()]  # fmt: skip
+    templates = [spec["template"]] if "template" in spec else replica_templates(workload)
     for tmpl in templates:
         pod = tmpl.get("spec") or {}
         for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
@@ -267,8 +272,9 @@ class NamespaceTracker:
         ]
         with contextlib.suppress(Exception):
             if self.cluster.serves(*KUBEFLOW[:2]):
-                self.watches.append(watch.custom(api, *KUBEFLOW[:2], KUBEFLOW[2], ns,
-                                                 self._on_workload, LABEL_JOB))  # fmt: skip
+                for plural in PLURALS.values():
+                    self.watches.append(watch.custom(api, *KUBEFLOW[:2], plural, ns,
+                                                     self._on_workload, LABEL_JOB))  # fmt: skip
         for w in self.watches:
             w.start()
         return self
