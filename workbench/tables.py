@@ -98,7 +98,8 @@ def top_text(nodes: Sequence[NodeInfo]) -> str:
         else:
             rows = []
             for g in n.gpus:
-                holders = ", ".join(f"{h.job}/{h.rank}" for h in g.holders) or "-"
+                holders = ", ".join(f"{h.job}/{h.rank}" + (f" ({h.share:g})" if h.share < 1 else "")
+                                    for h in g.holders) or "-"  # fmt: skip
                 rows.append(
                     (
                         str(g.index),
@@ -110,6 +111,11 @@ def top_text(nodes: Sequence[NodeInfo]) -> str:
                     )
                 )
             out += ["  " + ln for ln in table(TOP_GPU_COLUMNS, rows).splitlines()]
+            if any(h.share < 1 for g in n.gpus for h in g.holders):  # shared GPUs (a cluster's)
+                total = sum(g.memory_total for g in n.gpus)
+                held = sum(g.allocated * g.memory_total for g in n.gpus)
+                out.append(f"  GPU shares: {held / 2**30:.1f} of {total / 2**30:.1f} GiB GPU "
+                           f"memory held, {sum(g.allocated for g in n.gpus):g} of {len(n.gpus)} GPUs")  # fmt: skip
         jobs = n.active_jobs
         out.append(
             f"  Active jobs: {len(jobs)}"

@@ -6,7 +6,8 @@
   in every container, hostname ``JOB-INDEX``, an owner reference to the Job; it retries
   failed indexes up to ``backoffLimit`` and writes the Job's counters and its Complete
   or Failed condition.
-* The PyTorchJob controller (kube_pytorchjob.py) does the training-operator's part.
+* The PyTorchJob controller (kube_pytorchjob.py) does the training-operator's part, and
+  kube_volcano.py Volcano's job controller and gang admission.
 * The kubelet runs each pod's init containers, then its first container, as local
   processes (the image is ignored: the host's Python runs everything), resolving env as
   Kubernetes does (values, the downward API, secretKeyRef, ``$(VAR)`` in commands), fills
@@ -18,7 +19,8 @@ Cluster DNS is loopback. An ``nslookup`` on the processes' PATH answers from the
 the cluster has published (pods with a hostname and subdomain whose headless Service
 exists: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
 so init containers wait as they would on a cluster. In the main container, MASTER_ADDR
-and PET_MASTER_ADDR holding such a name get 127.0.0.1 instead (torch resolves names in C,
+and PET_MASTER_ADDR holding such a name, and each such name in Volcano's VC_*_HOSTS
+lists, get 127.0.0.1 instead (torch resolves names in C,
 past any Python patch): the one place its env differs from the rendered manifest. Volumes are not
 mounted. Every process binds and dials 127.0.0.1 only.
 """
@@ -41,15 +43,18 @@ from typing import Any
 from .kube_apiserver import KUBELET_FINALIZER, FakeKubeAPIServer
 from .kube_pytorchjob import reconcile_pytorchjobs
 from .kube_state import ApiError, now_rfc3339, selector_matches
+from .kube_volcano import reconcile_volcano, serve_volcano
 
 PODS = ("", "v1", "pods")
 JOBS = ("batch", "v1", "jobs")
 SERVICES = ("", "v1", "services")
 SECRETS = ("", "v1", "secrets")
+CONFIGMAPS = ("", "v1", "configmaps")
 NODES = ("", "v1", "nodes")
 GPU = "nvidia.com/gpu"
 INDEX = "batch.kubernetes.io/job-completion-index"
 ADDRESS_VARS = frozenset({"MASTER_ADDR", "PET_MASTER_ADDR"})  # the contract's host names
+HOSTS_LIST = re.compile(r"VC_[A-Z0-9_]+_HOSTS\Z")  # Volcano's svc plugin: comma-separated names
 _FIELD = re.compile(r"metadata\.(annotations|labels)\['([^']+)'\]\Z")
 _VAR = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
@@ -69,11 +74,16 @@ class FakeCluster:
     """The controllers and one node's kubelet, reconciling in a daemon thread."""
 
     def __init__(self, fake: FakeKubeAPIServer, workdir: Path, grace: float = 3.0,
-                 nodes: dict[str, int] | None = None) -> None:  # fmt: skip
+                 nodes: dict[str, int] | None = None, volcano: bool = False,
+                 node_extra: dict[str, dict[str, Any]] | None = None) -> None:  # fmt: skip
         self.fake, self.state = fake, fake.state
         # With ``nodes`` (name -> nvidia.com/gpu), Node objects exist and a scheduler binds
         # each pod to a node with the GPUs it asks for, or records FailedScheduling.
         self.nodes = nodes
+        # node -> {"resources": {name: quantity}, "labels": {...}}: more of a Node (GPU
+        # shares, GPU feature discovery labels).
+        self.node_extra = node_extra or {}
+        self.volcano = volcano  # discovery lists batch.volcano.sh (the controller always runs)
         self._unschedulable: set[tuple[str, str]] = set()
         self.workdir = workdir
         self.grace = grace
@@ -93,9 +103,13 @@ class FakeCluster:
         shim.write_text(f'#!/bin/sh\ngrep -qxF "$1" {self.dns_file}\n')
         shim.chmod(0o755)
         for node, gpus in (self.nodes or {}).items():
-            res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus)}
-            self.state.create(NODES, None, {"metadata": {"name": node, "labels": {
-                "kubernetes.io/hostname": node}}, "status": {"capacity": res, "allocatable": res}})  # fmt: skip
+            extra = self.node_extra.get(node) or {}
+            res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra.get("resources") or {})}
+            labels = {"kubernetes.io/hostname": node, **(extra.get("labels") or {})}
+            self.state.create(NODES, None, {"metadata": {"name": node, "labels": labels},
+                                            "status": {"capacity": res, "allocatable": res}})  # fmt: skip
+        if self.volcano:
+            serve_volcano(self.state)
         self._thread = threading.Thread(target=self._loop, name="fake-cluster", daemon=True)
         self._thread.start()
         return self
@@ -120,6 +134,7 @@ class FakeCluster:
             try:
                 self._reconcile_jobs()
                 reconcile_pytorchjobs(self.state)
+                reconcile_volcano(self.fake)
                 self._publish_dns()
                 self._reconcile_pods()
             except ApiError:  # raced with a delete: the next pass sees the new state
@@ -265,10 +280,10 @@ class FakeCluster:
 
     def _schedule(self, pod: dict[str, Any]) -> str | None:
         """The node for ``pod`` (GPUs only), or None after a FailedScheduling event."""
+        if (pod.get("spec") or {}).get("nodeName"):  # bound already (Volcano binds its own)
+            return str(pod["spec"]["nodeName"])
         if not self.nodes:
             return "fake-node-0"
-        if (pod.get("spec") or {}).get("nodeName"):
-            return str(pod["spec"]["nodeName"])
         key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
         used = dict.fromkeys(self.nodes, 0)
         for p in self.state.list(PODS, None)[0]:
@@ -381,6 +396,9 @@ class FakeCluster:
             else:
                 value = self._value_from(pod, ns, e["valueFrom"])
             loopback = loopback_names and e["name"] in ADDRESS_VARS and value in self.dns_names
+            if loopback_names and HOSTS_LIST.match(e["name"]):
+                value = ",".join("127.0.0.1" if h in self.dns_names else h
+                                 for h in value.split(","))  # fmt: skip
             out[e["name"]] = "127.0.0.1" if loopback else value
         return out
 
@@ -393,6 +411,9 @@ class FakeCluster:
             return {"metadata.name": pod["metadata"]["name"], "metadata.namespace": ns}.get(
                 path, ""
             )
+        if "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            return str(self.state.get(CONFIGMAPS, ns, ref["name"])["data"][ref["key"]])
         ref = source["secretKeyRef"]
         secret = self.state.get(SECRETS, ns, ref["name"])
         return base64.b64decode(secret["data"][ref["key"]]).decode()

@@ -31,6 +31,7 @@ KINDS: dict[str, str] = {
     "pytorchjobs": "PyTorchJob",
     "tfjobs": "TFJob",
     "mpijobs": "MPIJob",
+    "podgroups": "PodGroup",
 }
 CLUSTER_SCOPED = {"nodes", "namespaces"}
 TERMINAL_PHASES = ("Succeeded", "Failed")

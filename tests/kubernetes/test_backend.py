@@ -138,7 +138,7 @@ def test_admit_renders_and_warns_without_kubeconfig(wb_home: Path, tmp_path: Pat
 
 
 @pytest.mark.parametrize(("options", "field"), [
-    ({"bogus": 1}, "backend_options.bogus"), ({"flavor": "volcano"}, "backend_options.flavor"),
+    ({"bogus": 1}, "backend_options.bogus"), ({"flavor": "slurm"}, "backend_options.flavor"),
     ({"namespace": "Team_A"}, "backend_options.namespace")])  # fmt: skip
 def test_bad_backend_options_name_the_key(kube_env: Path, options: dict[str, object],
                                           field: str) -> None:  # fmt: skip
@@ -386,7 +386,7 @@ def test_flavor_flag_is_short_for_the_backend_option(
     out = cli("submit", *env_args, "--flavor", "kubeflow", "--", "python", "x.py")
     assert out.returncode == 0, out.stderr
     assert [m["kind"] for m in json.loads(out.stdout)["manifests"]] == ["PyTorchJob"]
-    bad = cli("submit", *env_args, "--flavor", "volcano", "--", "python", "x.py")
+    bad = cli("submit", *env_args, "--flavor", "slurm", "--", "python", "x.py")
     assert bad.returncode == 2 and "backend_options.flavor" in bad.stderr
 
 

@@ -415,7 +415,7 @@ def test_what_a_cluster_cannot_honour_is_a_spec_error(
 
 def test_unknown_flavor_is_a_spec_error() -> None:
     with pytest.raises(SpecError) as e:
-        rendered(make(), "volcano")
+        rendered(make(), "slurm")
     assert e.value.field == "flavor"
 
 

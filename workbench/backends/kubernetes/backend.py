@@ -29,11 +29,12 @@ from ...store import JobStore
 from .._jobfiles import JobFiles
 from ..base import Backend, Capabilities, NodeInfo, new_job_name
 from . import capacity
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, workload_kind
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
 from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
 from .podlogs import PodLogs
 from .tracker import WORKLOAD_FILE, JobSync, NamespaceTracker
+from .volcano import KIND_KEY as VOLCANO_KIND
 
 SPEC_HASH = "workbench.io/spec-hash"
 MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
@@ -48,7 +49,8 @@ class KubernetesBackend(Backend):
     options = {
         "namespace": "the namespace to run in (default: kubernetes.namespace in the config)",
         "flavor": "indexed (a batch/v1 Indexed Job, any cluster) | kubeflow (a PyTorchJob, "
-        "TFJob or MPIJob by the framework)",
+        "TFJob or MPIJob by the framework) | "
+        "volcano (a gang-scheduled Volcano Job)",
         "context": "the kubeconfig context to use",
     }
 
@@ -133,6 +135,16 @@ class KubernetesBackend(Backend):
             flavor = "kubeflow" if served else "indexed"
         elif flavor == "auto":
             flavor = "indexed"
+        elif flavor == "volcano" and reachable:
+            try:
+                if not cluster.serves(*VOLCANO[:2]):
+                    raise SpecError("backend_options.flavor", "the cluster does not serve "
+                                    "batch.volcano.sh/v1alpha1 Jobs", "use flavor indexed or "
+                                    "kubeflow, or install Volcano")  # fmt: skip
+            except UNREACHABLE as e:
+                warnings.append(f"the cluster did not answer ({type(e).__name__}): "
+                                "nothing was checked against it")  # fmt: skip
+                reachable = False
         offer = self.catalog.spec(spec.instance_spec or "")
         image = spec.image_ref(self.catalog)
         namespace = options.get("namespace") or self.kube.namespace
@@ -148,6 +160,10 @@ class KubernetesBackend(Backend):
             master_wait_seconds=self.kube.master_wait_seconds,
             master_port=self.kube.master_port,
             ttl_seconds_after_finished=self.kube.ttl_seconds_after_finished,
+            queue=self.kube.volcano_queue,
+            scheduler_name=self.kube.scheduler_name,
+            gpu_sharing=self.kube.gpu_sharing,
+            csi_drivers=self.kube.csi_drivers,
         )
         rendered = render(spec, offer, image, cluster_options, flavor)
         workload = rendered.manifests[-1]
@@ -155,6 +171,8 @@ class KubernetesBackend(Backend):
         # the workload itself never retries one pod of a gang.
         if flavor == "indexed":
             workload["spec"]["backoffLimit"] = 0
+        elif flavor == "volcano":
+            workload["spec"]["maxRetry"] = 0
         else:
             workload["spec"]["runPolicy"]["backoffLimit"] = 0
         digest = hashlib.sha256(
@@ -169,7 +187,9 @@ class KubernetesBackend(Backend):
         workload["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
         if reachable:
             try:
-                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings)
+                limits = _templates(workload)[0]["spec"]["containers"][0]["resources"]["limits"]
+                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings,
+                                    limits)  # fmt: skip
             except UNREACHABLE as e:
                 warnings.append(f"the cluster did not answer ({type(e).__name__}): "
                                 "capacity was not checked")  # fmt: skip
@@ -206,7 +226,8 @@ class KubernetesBackend(Backend):
         if context == self.kube.context:
             context = None
         cluster = self._context(context)[0]
-        ns, name, kind = rendered.namespace, rendered.name, rendered.manifests[-1]["kind"]
+        ns, name = rendered.namespace, rendered.name
+        kind = workload_kind(rendered.manifests[-1])
         existing = self._existing(cluster, ns, kind, name, digest)
         if existing is not None:
             return existing
@@ -219,7 +240,8 @@ class KubernetesBackend(Backend):
             image=plan.image, runtime="pod", price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
             details={"runtime": "pod", "namespace": ns, "kind": kind, "flavor": flavor,
-                     "spec_hash": digest, "service": svc, "secret": secret, "context": context},
+                     "spec_hash": digest, "service": svc, "secret": secret, "context": context,
+                     **_scheduling(rendered.manifests[-1])},
             events=[JobEvent(time.time(), "Submitted",
                              f"{spec.workers} worker(s) x {spec.procs_per_worker or 1} process(es) "
                              f"as a {kind} ({flavor}) in namespace {ns}")],
@@ -351,9 +373,13 @@ class KubernetesBackend(Backend):
         try:
             workload = cluster.workload(d["namespace"], d["kind"], record.name)
             pods = cluster.pods(d["namespace"], record.name)
+            podgroup = None
+            if d["kind"] == VOLCANO_KIND and workload is not None and not pods:
+                podgroup = cluster.podgroup(d["namespace"], record.name)  # why it waits
         except (SubmitError, *UNREACHABLE):
             return  # the cluster is away: the stored record is the best answer
-        sync.sync(record.name, workload, pods, gone=workload is None, fresh=True)
+        sync.sync(record.name, workload, pods, gone=workload is None, fresh=True,
+                  podgroup=podgroup)  # fmt: skip
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
         """Record Cancelling and delete the workload in the foreground; returns at once
@@ -439,8 +465,33 @@ class KubernetesBackend(Backend):
         flavours: tuple[str, ...] = FLAVORS
         if self.cluster.configured:
             with contextlib.suppress(Exception):
-                flavours = (
-                    ("indexed", "kubeflow") if self.cluster.serves(*KUBEFLOW[:2]) else ("indexed",)
-                )
-        return Capabilities(runtimes=("pod",), gpu_modes=("whole",),
+                served = {"kubeflow": self.cluster.serves(*KUBEFLOW[:2]),
+                          "volcano": self.cluster.serves(*VOLCANO[:2])}  # fmt: skip
+                flavours = tuple(f for f in FLAVORS if served.get(f, True))
+        modes = ("whole",) if self.kube.gpu_sharing == "none" else ("whole", "fractional")
+        return Capabilities(runtimes=("pod",), gpu_modes=modes,
                             data_schemes=DATA_SCHEMES, flavours=flavours)  # fmt: skip
+
+
+def _scheduling(workload: dict[str, Any]) -> dict[str, Any]:
+    """details["queue"] / ["priority_class"] of a workload, where it names them."""
+    spec = workload.get("spec") or {}
+    out: dict[str, Any] = {}
+    if workload_kind(workload) == VOLCANO_KIND:
+        out["queue"] = spec.get("queue") or "default"
+    pods = _templates(workload)
+    priority = spec.get("priorityClassName") or next(
+        (t["spec"]["priorityClassName"] for t in pods if t["spec"].get("priorityClassName")), None
+    )
+    if priority:
+        out["priority_class"] = priority
+    return out
+
+
+def _templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod templates of a Job, PyTorchJob or Volcano Job."""
+    spec = workload.get("spec") or {}
+    if "template" in spec:
+        return [spec["template"]]
+    replicas = [*(spec.get("pytorchReplicaSpecs") or {}).values(), *(spec.get("tasks") or [])]
+    return [r["template"] for r in replicas]

@@ -18,9 +18,20 @@ from ...errors import BackendUnavailableError, SpecError, SubmitError
 from .config import KubeSettings
 from .kubeflow import PLURALS
 from .manifests import LABEL_JOB
+from .volcano import GROUP as VOLCANO_GROUP
+from .volcano import KIND_KEY as VOLCANO_KIND
+from .volcano import PLURAL as VOLCANO_PLURAL
+from .volcano import PODGROUPS
+from .volcano import VERSION as VOLCANO_VERSION
 
 BACKEND = "kubernetes"
 KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")  # (group, version, plural) of PyTorchJobs
+VOLCANO = (VOLCANO_GROUP, VOLCANO_VERSION, VOLCANO_PLURAL)
+# details["kind"] -> (group, version, plural) of custom-resource workloads
+CUSTOM_WORKLOADS = {
+    **{kind: (*KUBEFLOW[:2], plural) for kind, plural in PLURALS.items()},
+    VOLCANO_KIND: VOLCANO,
+}
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 NO_CLUSTER_HINT = "set KUBECONFIG (or kubernetes.kubeconfig in the workbench config)"
 
@@ -123,7 +134,7 @@ class Cluster:
     # ---- objects --------------------------------------------------------------------------
     def create(self, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
         """Create one manifest; returns the object as stored (a dict)."""
-        kind = obj["kind"]
+        kind = workload_kind(obj)
         try:
             if kind == "Secret":
                 return raw_json(self.core.create_namespaced_secret, namespace, obj)
@@ -131,9 +142,10 @@ class Cluster:
                 return raw_json(self.core.create_namespaced_service, namespace, obj)
             if kind == "Job":
                 return raw_json(self.batch.create_namespaced_job, namespace, obj)
-            if kind in PLURALS:  # PyTorchJob, TFJob, MPIJob
+            if kind in CUSTOM_WORKLOADS:
+                group, version, plural = CUSTOM_WORKLOADS[kind]
                 return raw_json(self.custom.create_namespaced_custom_object,
-                                *KUBEFLOW[:2], namespace, PLURALS[kind], obj)  # fmt: skip
+                                group, version, namespace, plural, obj)  # fmt: skip
         except ApiException as e:
             if e.status == 409:
                 name = obj["metadata"]["name"]
@@ -143,11 +155,12 @@ class Cluster:
         raise SubmitError(BACKEND, f"cannot create a {kind}")
 
     def workload(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-        """The job's Job or Kubeflow job, or None when there is none."""
+        """The job's Job, PyTorchJob or Volcano Job, or None when there is none."""
         try:
-            if kind in PLURALS:
+            if kind in CUSTOM_WORKLOADS:
+                group, version, plural = CUSTOM_WORKLOADS[kind]
                 return raw_json(self.custom.get_namespaced_custom_object,
-                                *KUBEFLOW[:2], namespace, PLURALS[kind], name)  # fmt: skip
+                                group, version, namespace, plural, name)  # fmt: skip
             return raw_json(self.batch.read_namespaced_job, name, namespace)
         except ApiException as e:
             if e.status == 404:
@@ -158,9 +171,10 @@ class Cluster:
         """Delete in the foreground (pods first); False when it was already gone."""
         body = client.V1DeleteOptions(propagation_policy="Foreground")
         try:
-            if kind in PLURALS:
+            if kind in CUSTOM_WORKLOADS:
+                group, version, plural = CUSTOM_WORKLOADS[kind]
                 self.custom.delete_namespaced_custom_object(
-                    *KUBEFLOW[:2], namespace, PLURALS[kind], name, body=body
+                    group, version, namespace, plural, name, body=body
                 )
             else:
                 self.batch.delete_namespaced_job(name, namespace, body=body)
@@ -216,6 +230,17 @@ class Cluster:
         )
         return items
 
+    def podgroup(self, namespace: str, job: str) -> dict[str, Any] | None:
+        """The Volcano PodGroup of ``job`` (it carries the Job's labels), or None."""
+        try:
+            found = raw_json(self.custom.list_namespaced_custom_object, *PODGROUPS[:2], namespace,
+                             PODGROUPS[2], label_selector=f"{LABEL_JOB}={job}").get("items") or []  # fmt: skip
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise api_error(e, f"reading the PodGroup of {job}") from None
+        return found[-1] if found else None
+
     def nodes(self) -> list[dict[str, Any]]:
         """Every node."""
         items: list[dict[str, Any]] = (
@@ -230,3 +255,11 @@ class Cluster:
         )
         return [p for p in items if (p.get("spec") or {}).get("nodeName")
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
+
+
+def workload_kind(obj: dict[str, Any]) -> str:
+    """What ``details["kind"]`` records for a manifest: its kind, or ``Job.batch.volcano.sh``
+    for a Volcano Job (batch/v1's is ``Job``)."""
+    if str(obj.get("apiVersion", "")).startswith(VOLCANO_GROUP + "/"):
+        return VOLCANO_KIND
+    return str(obj["kind"])

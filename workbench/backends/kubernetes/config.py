@@ -9,7 +9,14 @@ Example (``~/.config/workbench/config.yaml``)::
       namespace: team-a
       service_account: trainer
       image_pull_secrets: [registry-cred]
-      flavor: auto                      # auto | indexed | kubeflow
+      flavor: auto                      # auto | indexed | kubeflow | volcano
+      volcano_queue: research           # Volcano Jobs' queue when --queue is not given
+      scheduler_name: hami-scheduler    # pods' schedulerName (Volcano Jobs: volcano)
+      gpu_sharing: gpushare             # none | gpushare | hami: how --gpus 0.5 is asked
+      csi_drivers:                      # scheme -> CSI volume (else: init-container copy)
+        oss: {driver: ossplugin.csi.alibabacloud.com}
+        cpfs: {driver: nasplugin.csi.alibabacloud.com,
+               volume_attributes: {server: "{bucket}", path: "/{key}", vers: "3"}}
       instance_specs:                   # per catalogue instance spec
         gpu.a10:
           node_selector: {node.kubernetes.io/instance-type: ecs.gn7i-c8g1.2xlarge}
@@ -27,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import SpecError
+from .csi import check_drivers
 from .manifests import FLAVORS
+from .sharing import check_scheme
 
 ENV_PREFIX = "WORKBENCH_K8S_"
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
 
@@ -59,6 +69,10 @@ class KubeSettings:
     master_port: int = 23456  # Kubeflow's default PyTorchJob port
     ttl_seconds_after_finished: int | None = None
     instance_specs: Mapping[str, Placement] = field(default_factory=dict)
+    volcano_queue: str | None = None  # None: Volcano's "default" queue
+    scheduler_name: str | None = None
+    gpu_sharing: str = "none"  # none: a fraction of a GPU is refused
+    csi_drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def kubeconfig_file(self) -> Path | None:
         """The kubeconfig to load, or None when there is none (nothing to contact)."""
@@ -92,13 +106,23 @@ def load_settings(section: Mapping[str, Any] | None) -> KubeSettings:
             f"kubernetes.{unknown[0]}", "unknown setting", f"known: {', '.join(sorted(known))}"
         )
     out: dict[str, Any] = {}
-    for key in ("kubeconfig", "context", "service_account", "wait_image"):
+    for key in ("kubeconfig", "context", "service_account", "wait_image", "scheduler_name"):
         if values.get(key) is not None:
             out[key] = _text(values[key], key)
     if "namespace" in values:
         out["namespace"] = check_namespace(values["namespace"], "kubernetes.namespace")
     if "flavor" in values:
         out["flavor"] = check_flavor(values["flavor"], "kubernetes.flavor", allow_auto=True)
+    if values.get("volcano_queue") is not None:
+        queue = _text(values["volcano_queue"], "volcano_queue")
+        if len(queue) > 253 or not DNS1123_SUBDOMAIN.match(queue):
+            raise SpecError("kubernetes.volcano_queue", f"{queue!r} is not a queue name",
+                            "use lowercase letters, digits, '-' and '.', e.g. research")  # fmt: skip
+        out["volcano_queue"] = queue
+    if "gpu_sharing" in values:
+        out["gpu_sharing"] = check_scheme(values["gpu_sharing"], "kubernetes.gpu_sharing")
+    if values.get("csi_drivers"):
+        out["csi_drivers"] = check_drivers(values["csi_drivers"], "kubernetes.csi_drivers")
     if values.get("in_cluster") is not None:
         out["in_cluster"] = bool(values["in_cluster"])
     if "image_pull_secrets" in values:

@@ -33,9 +33,12 @@ from ...contract import World, worker_env
 from ...errors import MountError, SpecError
 from ...redaction import REDACTED, redact_url, userinfo_credentials
 from ...spec import Mount, TrainSpec
+from . import volcano
+from .csi import csi_volume
 from .kubeflow import render_kubeflow
+from .sharing import gpu_limits
 
-FLAVORS = ("indexed", "kubeflow")
+FLAVORS = ("indexed", "kubeflow", "volcano")
 LABEL_JOB = "workbench.io/job"
 LABEL_FLAVOR = "workbench.io/flavor"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -69,6 +72,11 @@ class ClusterOptions:
     wait_image: str = "busybox:1.36"
     master_wait_seconds: int = 600
     ttl_seconds_after_finished: int | None = None
+    queue: str | None = None  # the Volcano queue when the spec names none
+    scheduler_name: str | None = None  # pods' schedulerName (Volcano Jobs: "volcano")
+    gpu_sharing: str = "none"  # none | gpushare | hami: how a fraction of a GPU is asked for
+    # scheme -> {"driver": CSI driver, "volume_attributes": {...}, ...} (config csi_drivers)
+    csi_drivers: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,12 +138,6 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
             f"a {framework} job needs the {'TFJob' if framework == 'tensorflow' else 'MPIJob'} "
             "of flavour kubeflow, not an Indexed Job",
             "use --flavor kubeflow (a cluster with the Kubeflow training-operator)",
-        )
-    if spec.gpus and spec.gpus != int(spec.gpus):
-        raise SpecError(
-            "gpus",
-            f"{spec.gpus:g} is a fraction of a GPU, which this backend cannot schedule yet",
-            "ask for whole GPUs, e.g. --gpus 1",
         )
     if flavor == "kubeflow" and not DNS1035.match(spec.name):
         raise SpecError(
@@ -225,6 +227,7 @@ Renderer = Callable[
 RENDERERS: dict[str, Renderer] = {
     "indexed": _indexed,
     "kubeflow": render_kubeflow,
+    "volcano": volcano.render_volcano,
 }
 
 
@@ -263,11 +266,19 @@ class _PodBuilder:
         return [f"$(WORKBENCH_SECRET_ARG_{i})" if str(i) in secret_args else arg.replace("$(", "$$(")
                 for i, arg in enumerate(self.spec.command)]  # fmt: skip
 
-    def _mount(self, m: Mount, volume: str, key: str) -> None:
-        from ...data.urls import parse_url
+    def _put_secret(self, key: str, value: str) -> None:
+        if self.secret_data.get(key, value) != value:
+            raise SpecError("data", f"two CSI volumes need different values for Secret key {key}",
+                            "mount them with the same credentials, or one through the init copy")  # fmt: skip
+        self.secret_data[key] = value
 
+    def _mount(self, m: Mount, volume: str, key: str) -> None:
+        from ...data.urls import OBJECT_STORES, parse_url
+
+        entry = self.options.csi_drivers.get(m.scheme)
         try:
-            url = parse_url(m.src, key)
+            # A scheme only a CSI driver knows (cpfs://) is the driver's to read.
+            url = parse_url(m.src, key) if entry is None or m.scheme in OBJECT_STORES else None
         except MountError as e:
             raise SpecError(key, str(e)) from None
         dst = m.dst
@@ -278,7 +289,11 @@ class _PodBuilder:
             dst = posixpath.join(self.spec.working_dir, dst)
         read_only = m.mode == "ro"
         mount: dict[str, Any] = {"name": volume, "mountPath": dst, "readOnly": read_only}
-        if url.scheme == "pvc":
+        if entry is not None or url is None:  # the driver table's CSI volume (csi_drivers)
+            source = csi_volume(m.src, read_only, entry or {}, self.spec.env, self.secret,
+                                self._put_secret)  # fmt: skip
+            self.volumes.append({"name": volume, "csi": source})
+        elif url.scheme == "pvc":
             self.volumes.append({"name": volume, "persistentVolumeClaim": {
                 "claimName": url.bucket, "readOnly": read_only}})  # fmt: skip
             if url.key.strip("/"):
@@ -367,7 +382,7 @@ class _PodBuilder:
         out: dict[str, Any] = {"requests": {"cpu": f"{cpu:g}", "memory": memory},
                                "limits": {"memory": memory}}  # fmt: skip
         if self.spec.gpus:
-            out["limits"][GPU_RESOURCE] = str(int(self.spec.gpus))
+            out["limits"].update(gpu_limits(self.spec.gpus, self.offer, self.options.gpu_sharing))
         return out
 
     def pod_spec(self, container: str, env: list[dict[str, Any]], command: list[str],
@@ -408,6 +423,8 @@ class _PodBuilder:
             pod["nodeSelector"] = dict(o.node_selector)
         if o.tolerations:
             pod["tolerations"] = [dict(t) for t in o.tolerations]
+        if o.scheduler_name:
+            pod["schedulerName"] = o.scheduler_name
         if self.spec.priority or o.priority_class:
             pod["priorityClassName"] = self.spec.priority or o.priority_class
         return pod

@@ -17,9 +17,14 @@ from typing import Any
 
 from ...spec import JobStatus, RankState
 from .manifests import INDEX_ANNOTATION
+from .volcano import TASK_INDEX, is_volcano
 
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
+# Why a job is Pending when the scheduler or a queue holds it (JobRecord.reason).
+HOLD_REASONS = ("Unschedulable", "Queued")
+VOLCANO_SUCCEEDED = ("Completed",)
+VOLCANO_FAILED = ("Failed", "Terminated", "Aborted", "Terminating", "Aborting")
 POD_STATES = {
     "Pending": RankState.PENDING,
     "Running": RankState.RUNNING,
@@ -82,6 +87,8 @@ def rank_of(pod: dict[str, Any]) -> int | None:
     meta = pod.get("metadata") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     index = annotations.get(INDEX_ANNOTATION, labels.get(INDEX_ANNOTATION))
+    if index is None:  # a Volcano Job's pod: one task, its index is the rank
+        index = annotations.get(TASK_INDEX, labels.get(TASK_INDEX))
     if index is not None:
         return int(index)
     kind = labels.get(REPLICA_TYPE)
@@ -185,9 +192,13 @@ def conditions(workload: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
-def job_view(workload: dict[str, Any] | None, pods: Iterable[dict[str, Any]]) -> JobView:
-    """The job's status from its workload's conditions, then its pods."""
+def job_view(workload: dict[str, Any] | None, pods: Iterable[dict[str, Any]],
+             podgroup: dict[str, Any] | None = None) -> JobView:  # fmt: skip
+    """The job's status from its workload's conditions (a Volcano Job's phase, and its
+    PodGroup while the gang waits), then its pods."""
     ranks = ranks_of(pods)
+    if is_volcano(workload):
+        return _volcano_view(workload or {}, podgroup, ranks)
     conds = conditions(workload)
     failed = [v for v in ranks.values() if v.state is RankState.FAILED]
     if ("Complete" in conds or "Succeeded" in conds) and failed:
@@ -212,3 +223,29 @@ def failure_message(failed: list[RankView]) -> str:
             return f"rank {v.rank} exited with code {v.exit_code}"
         return f"rank {v.rank} failed ({v.reason or 'no exit code'})"
     return ""
+
+
+def _volcano_view(job: dict[str, Any], podgroup: dict[str, Any] | None,
+                  ranks: dict[int, RankView]) -> JobView:  # fmt: skip
+    """A Volcano Job: state.phase says how it ended; the PodGroup why it has not started."""
+    phase = ((job.get("status") or {}).get("state") or {}).get("phase") or "Pending"
+    failed = [v for v in ranks.values() if v.state is RankState.FAILED]
+    if phase in VOLCANO_SUCCEEDED and not failed:
+        return JobView(JobStatus.SUCCEEDED, "Succeeded", "all ranks finished", ranks)
+    if phase in VOLCANO_SUCCEEDED or phase in VOLCANO_FAILED:
+        if phase in ("Terminating", "Aborting") and not failed:
+            return JobView(JobStatus.RUNNING, "Started", "", ranks)  # stopping for another cause
+        return JobView(
+            JobStatus.FAILED, phase, failure_message(failed) or f"the Volcano Job is {phase}", ranks
+        )
+    if any(v.state is RankState.RUNNING for v in ranks.values()):
+        return JobView(JobStatus.RUNNING, "Started", "", ranks)
+    pg_status = (podgroup or {}).get("status") or {}
+    if not ranks and pg_status.get("phase", "Pending") == "Pending":
+        held = conditions(podgroup).get("Unschedulable")
+        if held is not None:
+            return JobView(JobStatus.PENDING, "Unschedulable", held.get("message") or "", ranks)
+        if podgroup is not None:
+            queue = (podgroup.get("spec") or {}).get("queue") or "default"
+            return JobView(JobStatus.PENDING, "Queued", f"waiting in Volcano queue {queue}", ranks)
+    return JobView(JobStatus.PENDING, "Submitted", "", ranks)

@@ -23,10 +23,11 @@ from typing import Any
 from ...spec import JobEvent, JobStatus, RankState
 from ...store import JobStore
 from . import watch
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, Cluster, raw_json
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, raw_json
 from .kubeflow import PLURALS, replica_templates
 from .manifests import LABEL_JOB
-from .status import JobView, RankView, job_view
+from .status import HOLD_REASONS, JobView, RankView, job_view
+from .volcano import PODGROUPS
 
 log = logging.getLogger(__name__)
 WORKLOAD_FILE = "workload.json"
@@ -56,9 +57,10 @@ class JobSync:
         self.lock = threading.RLock()
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
-             gone: bool, fresh: bool = False) -> None:  # fmt: skip
+             gone: bool, fresh: bool = False, podgroup: dict[str, Any] | None = None) -> None:  # fmt: skip
         """Bring job ``name``'s rows up to date with ``workload`` (None: unknown, or gone
-        when ``gone``) and its pods (``fresh``: just listed, not from a watch's cache)."""
+        when ``gone``) and its pods (``fresh``: just listed, not from a watch's cache), and
+        a Volcano job's PodGroup (why a gang waits)."""
         with self.lock:
             row = self.store.row(name)
             if row is None or row["backend"] != BACKEND or JobStatus(row["status"]).terminal:
@@ -68,18 +70,20 @@ class JobSync:
             if workload is not None and uid and workload["metadata"].get("uid") != uid:
                 workload, gone = None, False  # an earlier attempt's object, on its way out
             pods = [p for p in pods if owned_by(p, uid)]
+            if podgroup is not None and not owned_by(podgroup, uid):
+                podgroup = None  # an earlier attempt's
             if details.get("restarting"):
                 if gone:
                     self._recreate(name, row)
                 return
-            view = job_view(workload, pods)
+            view = job_view(workload, pods, podgroup)
             if view.status.terminal and not fresh:
                 # The workload's watch may run ahead of the pods' (separate streams): the
                 # end is settled on the pods as they are now (one list per job end).
                 pods = [
                     p for p in self.cluster.pods(details["namespace"], name) if owned_by(p, uid)
                 ]
-                view = job_view(workload, pods)
+                view = job_view(workload, pods, podgroup)
             self._write_ranks(name, view)
             now = time.time()
             if row["cancel_requested"]:
@@ -96,6 +100,9 @@ class JobSync:
                 return
             if workload is None:
                 return  # the workload's watch has not caught up: status waits for it
+            if view.status is JobStatus.PENDING and view.reason in HOLD_REASONS:
+                self._hold(name, row, view)
+                return
             started = [v.started_at for v in view.ranks.values() if v.started_at is not None]
             if row["status"] == JobStatus.PENDING.value and (
                 view.status is JobStatus.RUNNING or (view.status.terminal and started)
@@ -105,7 +112,7 @@ class JobSync:
                 nodes = sorted({v.node for v in running if v.node})
                 where = f" on {', '.join(nodes)}" if nodes else ""
                 self.store.update(
-                    name, status=JobStatus.RUNNING, started_at=row["started_at"] or start,
+                    name, status=JobStatus.RUNNING, started_at=row["started_at"] or start, message="",
                     event=JobEvent(now, "Started", f"{len(running)} of {row_workers(row)} "
                                    f"rank(s) started{where}"),
                 )  # fmt: skip
@@ -133,6 +140,17 @@ class JobSync:
             self.store.finish_if_active(name, view.status, view.message,
                                         JobEvent(now, view.status.value, view.message, level),
                                         RankState.STOPPED)  # fmt: skip
+
+    def _hold(self, name: str, row: dict[str, Any], view: JobView) -> None:
+        """A gang the scheduler holds (Unschedulable) or a queue keeps (Queued): the
+        reason as an event (once per change) and the scheduler's text as the message."""
+        events = [e for _, e in self.store.events_since(name)]
+        last = next((e for e in reversed(events) if e.reason in (*HOLD_REASONS, "Started")), None)
+        if last is not None and (last.reason, last.message) == (view.reason, view.message):
+            return
+        level = "warning" if view.reason == "Unschedulable" else "info"
+        self.store.update(name, message=view.message,
+                          event=JobEvent(time.time(), view.reason, view.message, level))  # fmt: skip
 
     def _write_ranks(self, name: str, view: JobView) -> None:
         stored = {r["rank"]: r for r in self.store.rank_rows(name)}
@@ -204,6 +222,8 @@ class JobSync:
     def add_cluster_event(self, name: str, event: dict[str, Any]) -> None:
         """A Kubernetes Warning Event about one of the job's objects, as a job event (once)."""
         reason, message = event.get("reason") or "Warning", event.get("message") or ""
+        if reason == "PodGroupPending":
+            return  # Volcano's restatement of the PodGroup's condition: sync() writes that
         with self.lock:
             row = self.store.row(name)
             if row is None or row["backend"] != BACKEND:
@@ -228,7 +248,12 @@ def set_attempt(workload: dict[str, Any], attempt: int) -> None:
         meta.pop(key, None)
     workload.pop("status", None)
     spec = workload.get("spec") or {}
-    templates = [spec["template"]] if "template" in spec else replica_templates(workload)
+    if "template" in spec:
+        templates = [spec["template"]]
+    else:  # Kubeflow replicas, or a Volcano Job's tasks
+        templates = replica_templates(workload) + [
+            t["template"] for t in spec.get("tasks") or [] if "template" in t
+        ]
     for tmpl in templates:
         pod = tmpl.get("spec") or {}
         for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
@@ -258,7 +283,8 @@ class NamespaceTracker:
         self.cluster, self.namespace, self.syncer = cluster, namespace, sync
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # job -> pod name -> pod
-        self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job/PyTorchJob
+        self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job/PyTorchJob/Volcano Job
+        self.podgroups: dict[str, dict[str, Any]] = {}  # job -> its Volcano PodGroup
         self.pod_jobs: dict[str, str] = {}  # pod name -> job
         self.watches: list[watch.NamespaceWatch] = []
 
@@ -275,6 +301,13 @@ class NamespaceTracker:
                 for plural in PLURALS.values():
                     self.watches.append(watch.custom(api, *KUBEFLOW[:2], plural, ns,
                                                      self._on_workload, LABEL_JOB))  # fmt: skip
+        with contextlib.suppress(Exception):
+            if self.cluster.serves(*VOLCANO[:2]):
+                self.watches.append(watch.custom(api, *VOLCANO[:2], VOLCANO[2], ns,
+                                                 self._on_workload, LABEL_JOB))  # fmt: skip
+                # PodGroups carry their Job's labels (the controller copies them).
+                self.watches.append(watch.custom(api, *PODGROUPS[:2], PODGROUPS[2], ns,
+                                                 self._on_podgroup, LABEL_JOB))  # fmt: skip
         for w in self.watches:
             w.start()
         return self
@@ -307,6 +340,17 @@ class NamespaceTracker:
                 self.workloads[job] = ev.object
         self._sync(job, gone=ev.type == "DELETED")
 
+    def _on_podgroup(self, ev: watch.WatchEvent) -> None:
+        job = (ev.object.get("metadata", {}).get("labels") or {}).get(LABEL_JOB)
+        if job is None:
+            return
+        with self.lock:
+            if ev.type == "DELETED":
+                self.podgroups.pop(job, None)
+            else:
+                self.podgroups[job] = ev.object
+        self._sync(job, gone=False)
+
     def _on_pod(self, ev: watch.WatchEvent) -> None:
         job = (ev.object.get("metadata", {}).get("labels") or {}).get(LABEL_JOB)
         with self.lock:
@@ -325,8 +369,10 @@ class NamespaceTracker:
         with self.lock:
             workload = self.workloads.get(job)
             pods = list(self.pods.get(job, {}).values())
+            podgroup = self.podgroups.get(job)
         try:
-            self.syncer.sync(job, workload, pods, gone=gone and workload is None)
+            self.syncer.sync(job, workload, pods, gone=gone and workload is None,
+                             podgroup=podgroup)  # fmt: skip
         except UNREACHABLE as e:
             log.info("kubernetes: could not update %s (%s)", job, e)
 
