@@ -5,14 +5,26 @@ as a job."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
 import textwrap
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+from distributed import Client, LocalCluster
+
+from tests.conftest import wait_for
 from tests.data.conftest import bucket, moto_endpoint, s3  # noqa: F401 - fixtures
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes.test_backend import cluster, jobs, kube_env  # noqa: F401 - fixtures
+from workbench.data import KubeDaskCluster, preprocess
+from workbench.errors import BackendError
 from workbench.manager import JobManager
+from workbench.settings import Settings
 from workbench.spec import JobStatus, TrainSpec
 
 # Rank 0 writes a checkpoint, rank 1 its own file, each into the output mount's folder; the
@@ -80,3 +92,106 @@ def test_outputs_are_uploaded_at_every_end(jobs: JobManager, cluster: FakeCluste
     assert "output upload failed" in logs["lost"] and "no-such-bucket-x" in logs["lost"]
     for text in logs.values():
         assert "testing-secret" not in text
+
+
+# ---- preprocess(..., cluster=KubeDaskCluster(...)) ------------------------------------------
+@pytest.fixture
+def cluster_dns(cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> FakeCluster:  # noqa: F811
+    """This process (the Dask client, as a notebook pod would) resolves the names the fake
+    cluster publishes, as its pods' nslookup does: they are all loopback here."""
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(host, str) and host in cluster.dns_names:
+            host = "127.0.0.1"
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return cluster
+
+
+def _dask_cluster(workers: int, endpoint: str, flavor: str) -> KubeDaskCluster:
+    with socket.socket() as s:  # the master port: the scheduler listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    settings = Settings.load(backend="kubernetes", kubernetes={"master_port": port})
+    return KubeDaskCluster(workers=workers, image="pytorch:2.13-cpu", settings=settings,
+                           env={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                                "AWS_SECRET_ACCESS_KEY": "testing-secret"},
+                           backend_options={"flavor": flavor}, start_timeout=90, idle_timeout=60)  # fmt: skip
+
+
+def test_preprocess_on_the_cluster_matches_a_local_cluster(
+    kube_env: Path, cluster_dns: FakeCluster, s3, bucket: str, moto_endpoint: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Rank 0 the scheduler, ranks 1-2 workers that found it through MASTER_ADDR; the same
+    outputs as a LocalCluster's, a progress bar, and the job Succeeded once done."""
+    for i in range(8):
+        s3.put_object(Bucket=bucket, Key=f"raw/s{i}.txt", Body=f"shard {i}\n".encode())
+
+    def shout(data: bytes) -> bytes:  # a local function: Dask ships it by value
+        return data.upper() + b"!"
+
+    kube = _dask_cluster(2, moto_endpoint, "indexed")
+    result = preprocess(shout, inputs=f"s3://{bucket}/raw/*.txt", output=f"s3://{bucket}/kube/",
+                        cluster=kube)  # fmt: skip
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True, host="127.0.0.1",
+                      dashboard_address="127.0.0.1:0") as local_cluster, Client(local_cluster) as c:  # fmt: skip
+        local = preprocess(shout, inputs=f"s3://{bucket}/raw/*.txt",
+                           output=f"s3://{bucket}/local/", cluster=c, progress=False)  # fmt: skip
+    assert result.ok and local.ok and len(result.outputs) == 8
+    kube_out, local_out = ({o["Key"].split("/", 1)[1]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()
+                            for o in s3.list_objects_v2(Bucket=bucket, Prefix=f"{p}/")["Contents"]}
+                           for p in ("kube", "local"))  # fmt: skip
+    assert kube_out == local_out and kube_out["s3.txt"] == b"SHARD 3\n!"
+    assert "preprocess: 100%" in capsys.readouterr().err
+    backend = kube._backend()
+    record = backend.get(result.job)
+    assert record.status is JobStatus.SUCCEEDED and record.workers == 3
+    logs = "\n".join(backend.logs(result.job, None))
+    assert "[rank 0] workbench: the work is done" in logs, logs
+    for rank in (1, 2):
+        assert re.search(
+            rf"\[rank {rank}\] workbench: dask worker tcp://127\.0\.0\.1:\d+ joined", logs
+        )
+    # The credentials went to the job's Secret: the stored spec and the manifests mask them.
+    assert "testing-secret" not in json.dumps(record.to_dict())
+    wait_for(lambda: not cluster_dns.procs, 10, "every rank's process to end")
+    backend.close()
+
+
+def test_cancelling_the_job_stops_preprocess_with_an_error(
+    kube_env: Path, cluster_dns: FakeCluster, s3, bucket: str, moto_endpoint: str,  # noqa: F811
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """Cancelling the Dask job mid-work ends preprocess with an error naming the job, in
+    seconds, and leaves no process behind."""
+    s3.put_object(Bucket=bucket, Key="raw/a.txt", Body=b"a")
+    started = tmp_path / "started"  # the fake's pods share this host's disk
+
+    def stall(data: bytes) -> bytes:
+        started.touch()
+        time.sleep(120)
+        return data
+
+    kube = _dask_cluster(1, moto_endpoint, "kubeflow")
+
+    def cancel_when_working() -> None:
+        wait_for(started.exists, 90, "the shard to start on the worker")
+        kube._backend().cancel(kube.job, wait=0)
+
+    canceller = threading.Thread(target=cancel_when_working, daemon=True)
+    canceller.start()
+    start = time.monotonic()
+    with pytest.raises(
+        BackendError,
+        match=r"preprocess job preprocess-\w+ ended Cancelled before the work was done",
+    ):
+        preprocess(stall, inputs=f"s3://{bucket}/raw/*.txt", output=f"s3://{bucket}/out/",
+                   cluster=kube, progress=False)  # fmt: skip
+    canceller.join(5)
+    assert time.monotonic() - start < 60
+    assert kube._backend().get(kube.job).status is JobStatus.CANCELLED
+    wait_for(lambda: not cluster_dns.procs, 15, "every rank's process to end")
+    kube._backend().close()
