@@ -21,6 +21,8 @@ from tests.conftest import wait_for
 from tests.data.conftest import bucket, moto_endpoint, s3  # noqa: F401 - fixtures
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes.test_backend import cluster, jobs, kube_env  # noqa: F401 - fixtures
+from tests.kubernetes.test_manifests import validate
+from workbench.backends import load_backend
 from workbench.data import KubeDaskCluster, preprocess
 from workbench.errors import BackendError
 from workbench.manager import JobManager
@@ -119,6 +121,34 @@ def _dask_cluster(workers: int, endpoint: str, flavor: str) -> KubeDaskCluster:
                            env={"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
                                 "AWS_SECRET_ACCESS_KEY": "testing-secret"},
                            backend_options={"flavor": flavor}, start_timeout=90, idle_timeout=60)  # fmt: skip
+
+
+def test_the_dask_job_gets_the_mounts_and_secrets_training_gets(
+    wb_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KubeDaskCluster's job is an ordinary job of the backend: a strictly valid Indexed Job
+    of workers + 1 ranks running the dask_job module, its data prefetched by the same init
+    container, its credentials only in the Secret."""
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    kube = KubeDaskCluster(workers=3, data=["s3://bucket-a/raw:/data"], name="prep-1",
+                           env={"AWS_SECRET_ACCESS_KEY": "s3cr3t-value-9", "AWS_ENDPOINT_URL": "http://s3.local"},
+                           backend_options={"flavor": "indexed"}, threads=2)  # fmt: skip
+    plan = load_backend("kubernetes", settings=Settings.load()).admit(kube.spec())
+    assert [m["kind"] for m in plan.manifests] == ["Secret", "Service", "Job"]
+    for obj in plan.manifests[1:]:
+        validate(obj)
+    job = plan.manifests[2]
+    assert job["spec"]["completions"] == 4
+    pod = job["spec"]["template"]["spec"]
+    main = pod["containers"][0]
+    assert main["command"][:3] == ["python", "-m", "workbench.data.dask_job"]
+    assert main["command"][3:5] == ["--threads", "2"]
+    env = {e["name"]: e for e in main["env"]}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "prep-1-credentials"
+    assert env["MASTER_ADDR"]["value"].startswith("prep-1-0.")
+    assert [c["name"] for c in pod["initContainers"]] == ["wait-for-master", "prefetch-data-0"]
+    assert "s3cr3t-value-9" not in json.dumps(plan.to_dict())
 
 
 def test_preprocess_on_the_cluster_matches_a_local_cluster(
