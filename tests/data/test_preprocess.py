@@ -83,3 +83,14 @@ def test_the_same_shards_twice_write_both_outputs(tmp_path: Path) -> None:
         assert sorted(p.read_text() for p in (tmp_path / out).iterdir()) == [
             f"SHARD {i}\n" for i in range(6)
         ]
+
+
+def test_the_package_function_survives_its_module_import() -> None:
+    """``import workbench.data as wd; wd.preprocess(...)`` twice: importing the submodule
+    used to replace the package's function with the module ('not callable')."""
+    import importlib
+
+    import workbench.data as wd
+
+    importlib.import_module("workbench.data.preprocess")
+    assert callable(wd.preprocess) and wd.preprocess.__module__ == "workbench.data.preprocess"

@@ -392,12 +392,48 @@ def test_service_name_is_a_dns_1035_label_for_digit_names() -> None:
     assert e.value.field == "name"
 
 
+@pytest.mark.parametrize("flavor", ["indexed", "kubeflow"])
+def test_object_store_outputs_upload_through_the_wrapper(flavor: str) -> None:
+    """An s3:// output: an emptyDir written by the pod, the main command run under
+    ``python -m workbench.data run`` (uploads at any exit), credentials only by reference."""
+    url = f"s3://{S3_KEY}:{quote(S3_SECRET, safe='')}@bucket-b/ckpt"
+    spec = make(mounts="s3", outputs=[f"{url}:ckpt", "pvc://keep/run:/keep:rw"],
+                working_dir="/workspace")  # fmt: skip
+    job = rendered(spec, flavor)
+    for obj in job.manifests:
+        validate(obj)
+    _check_no_secret_values(job)
+    assert job.secret is not None
+    for tmpl in pod_templates(job.manifests[-1]):
+        pod = tmpl["spec"]
+        main = pod["containers"][0]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["name"]: m for m in main["volumeMounts"]}
+        assert volumes["output-0"] == {"name": "output-0", "emptyDir": {}}
+        assert mounts["output-0"] == {"name": "output-0", "mountPath": "/workspace/ckpt",
+                                      "readOnly": False}  # fmt: skip
+        cmd = main["command"]
+        assert cmd[:8] == ["python", "-m", "workbench.data", "run", "--upload",
+                           "/workspace/ckpt", "s3://bucket-b/ckpt", "--"]  # fmt: skip
+        assert cmd[8:] == (["torchrun", "train.py", "--epochs", "3"] if flavor == "indexed"
+                           else ["sh", "-c", 'export WORKBENCH_RANK="$RANK"; exec "$0" "$@"',
+                                 "torchrun", "train.py", "--epochs", "3"])  # fmt: skip
+        env = {e["name"]: e for e in main["env"]}
+        key, secret = (env[f"WORKBENCH_UPLOAD_0_{n}"]["valueFrom"]["secretKeyRef"]
+                       for n in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))  # fmt: skip
+        assert job.secret["stringData"][key["key"]] == S3_KEY
+        assert job.secret["stringData"][secret["key"]] == S3_SECRET
+        # The training command itself gets no AWS_* credentials from the output's URL.
+        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+
+
 @pytest.mark.parametrize(
     ("extra", "flavor", "field"),
     [
         ({"data": ["./local:/data"]}, "indexed", "data"),
         ({"data": ["s3://bucket-a/x:data"]}, "indexed", "data"),  # relative, no working_dir
-        ({"outputs": ["s3://bucket-a/out:/out"]}, "indexed", "outputs"),
+        ({"outputs": ["s3://bucket-a/out?secret=abcdef:/out"]}, "indexed", "outputs"),
+        ({"outputs": ["gs://user:abcdef@bucket-a/out:/out"]}, "indexed", "outputs"),
         ({"gpus": 0.5}, "indexed", "gpus"),
         ({"image": "tensorflow"}, "indexed", "backend_options.flavor"),
         ({"framework": "mpi"}, "indexed", "backend_options.flavor"),

@@ -1,21 +1,19 @@
 """Datasets: fsspec mounts for jobs, a prefetch cache, browsing and Dask preparation.
 
 ``ls/du/head`` browse a store; ``path`` maps a mount's DST to where it is inside a local job
-(identity on a cluster); ``preprocess`` maps a function over shards on Dask.
+(identity on a cluster); ``preprocess`` maps a function over shards on Dask, locally or on
+the cluster as a job (``KubeDaskCluster``).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from .browse import Entry, du, head, ls
+from .kube_dask import KubeDaskCluster
+
+# Imported here, not inside a wrapper: the first import of the submodule would otherwise
+# replace the package's ``preprocess`` with the module, and a second call would fail
+# ("'module' object is not callable"). The module imports dask only when it runs.
+from .preprocess import PreprocessResult, preprocess
 from .staging import path
 
-__all__ = ["Entry", "du", "head", "ls", "path", "preprocess"]
-
-
-def preprocess(*args: Any, **kwargs: Any) -> Any:
-    """Map ``fn(bytes) -> bytes`` over input shards on Dask (see workbench.data.preprocess)."""
-    from .preprocess import preprocess as run
-
-    return run(*args, **kwargs)
+__all__ = ["Entry", "KubeDaskCluster", "PreprocessResult", "du", "head", "ls", "path", "preprocess"]

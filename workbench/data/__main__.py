@@ -1,5 +1,6 @@
-"""``python -m workbench.data prefetch URL DEST`` and ``python -m workbench.data upload SRC
-URL``: what a pod runs to fill its data volume and to send its outputs back.
+"""``python -m workbench.data prefetch URL DEST``, ``python -m workbench.data upload SRC
+URL`` and ``python -m workbench.data run --upload DIR URL -- CMD``: what a pod runs to fill
+its data volume, to send its outputs back, and to run its command then upload its outputs.
 
 Progress goes to stderr; the last stdout line is the summary. Exit codes: 0 done, 1 the
 transfer failed (one line on stderr, credentials masked), 2 bad arguments or URL.
@@ -21,7 +22,7 @@ PROG = "python -m workbench.data"
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="copy data between object stores and folders "
                                 "(credentials from AWS_* / OSS_* env only)")  # fmt: skip
-    verbs = p.add_subparsers(dest="verb", metavar="prefetch|upload")
+    verbs = p.add_subparsers(dest="verb", metavar="prefetch|upload|run")
     verbs.required = True
     pre = verbs.add_parser("prefetch", help="copy everything under URL into the folder DEST")
     pre.add_argument("url", metavar="URL")
@@ -29,6 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     up = verbs.add_parser("upload", help="upload the file or folder SRC to URL")
     up.add_argument("src", metavar="SRC")
     up.add_argument("url", metavar="URL")
+    run = verbs.add_parser("run", help="run CMD, then upload each DIR to its URL (any exit code)")
+    run.add_argument("--upload", nargs=2, action="append", default=[], metavar=("DIR", "URL"))
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD")
     return p
 
 
@@ -57,7 +61,15 @@ class _Throttled:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one transfer; returns the exit code."""
-    ns = _parser().parse_args(argv)  # usage errors: argparse prints them and exits 2
+    parser = _parser()
+    ns = parser.parse_args(argv)  # usage errors: argparse prints them and exits 2
+    if ns.verb == "run":
+        command = ns.command[1:] if ns.command[:1] == ["--"] else ns.command
+        if not command:
+            parser.error("run: give the command after --")
+        from .run_and_upload import run_and_upload
+
+        return run_and_upload(command, [(d, u) for d, u in ns.upload])
     from . import transfer
 
     report = _Throttled()

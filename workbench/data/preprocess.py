@@ -1,7 +1,8 @@
 """Data preparation at scale: map a function over input shards on a Dask cluster.
 
 ``preprocess(fn, inputs="s3://b/raw/*.jpg", output="s3://b/shards/")`` runs ``fn(bytes) ->
-bytes`` once per input object on a LocalCluster (127.0.0.1, dashboard link shown) or a
+bytes`` once per input object on a LocalCluster (127.0.0.1, dashboard link shown), on the
+cluster as a workbench job (``cluster=KubeDaskCluster(workers=2)``, see kube_dask.py) or a
 KubeCluster from dask-kubernetes, retries failed shards, names the ones that still fail,
 and writes each output whole or not at all (one PUT, or a rename on local disk).
 """
@@ -11,16 +12,20 @@ from __future__ import annotations
 import os
 import posixpath
 import sys
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BackendUnavailableError, MountError
+from ..errors import BackendError, BackendUnavailableError, MountError
 from ..settings import Settings
+from .kube_dask import KubeDaskCluster
 from .urls import open_store, redact
 
 DASK_HINT = "pip install 'jupyter-gpu-workbench[dask]'"
+CONNECT_TIMEOUT = 30.0  # seconds to reach a scheduler that is up
+CHECK_EVERY = 2.0  # seconds between looks at a cluster job's status while shards run
 
 
 @dataclass
@@ -30,6 +35,7 @@ class PreprocessResult:
     outputs: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     dashboard: str | None = None
+    job: str | None = None  # the workbench job that ran the Dask cluster (cluster jobs)
 
     @property
     def ok(self) -> bool:
@@ -82,6 +88,24 @@ def _client(cluster: Any) -> tuple[Any, Any, bool]:
         raise BackendUnavailableError(
             "dask", "preprocess needs dask.distributed", DASK_HINT
         ) from None
+    if isinstance(cluster, KubeDaskCluster):
+        address = cluster.start()
+        try:
+            client = Client(address, timeout=CONNECT_TIMEOUT)
+        except BaseException as e:
+            if isinstance(e, (OSError, TimeoutError)):
+                cluster.check()  # a job that ended says why; one that runs is unreachable
+                cluster.close(cancel=True)
+                raise BackendError("kubernetes", f"cannot reach the Dask scheduler of job {cluster.job} "
+                                   f"at {address}: {e}") from None  # fmt: skip
+            cluster.close(cancel=True)
+            raise
+        try:
+            cluster.wait_for_workers(client)
+        except BaseException:
+            _close(client, cluster, done=False)
+            raise
+        return client, cluster, True
     if cluster is None or cluster == "local":
         # 127.0.0.1 only; port 0 for the dashboard (None would bind a fixed 8787).
         local = LocalCluster(n_workers=min(2, os.cpu_count() or 1), threads_per_worker=1, processes=True,
@@ -133,7 +157,11 @@ def preprocess(
     out_proto = dst.fs.protocol if isinstance(dst.fs.protocol, str) else dst.fs.protocol[0]
     out_root = dst.path.rstrip("/")
     client, owned_cluster, owned = _client(cluster)
+    kube = owned_cluster if isinstance(owned_cluster, KubeDaskCluster) else None
     result = PreprocessResult(dashboard=getattr(client, "dashboard_link", None))
+    if kube is not None:
+        result.job = kube.job
+    done = False
     try:
         if progress and result.dashboard:
             print(f"Dask dashboard: {result.dashboard}", file=sys.stderr)
@@ -150,28 +178,49 @@ def preprocess(
                 key=f"preprocess-{run_id}-{i}-{name}", retries=retries, pure=False,
             ))  # fmt: skip
         by_future = dict(zip(futures, names, strict=True))
-        _wait(client, futures, progress)
+        _wait(client, futures, progress, kube.check if kube is not None else None)
+        if kube is not None and any(f.status == "cancelled" for f in futures):
+            kube.lost()  # the client lost its scheduler: the job's end says why
         for fut, name in by_future.items():
             if fut.status == "finished":
                 result.outputs[name] = _url(out_proto, fut.result())
             else:
                 exc = fut.exception()
                 result.failed[name] = redact(f"{type(exc).__name__}: {exc}", secrets)
+        done = True
     finally:
         if owned:
-            client.close()
-            if owned_cluster is not None:
-                owned_cluster.close()
+            _close(client, owned_cluster, done)
     return result
+
+
+def _close(client: Any, cluster: Any, done: bool) -> None:
+    """Close what preprocess started: a cluster job ends Succeeded once the work is done,
+    and is cancelled when it is not (an error, an interrupt)."""
+    if isinstance(cluster, KubeDaskCluster):
+        try:
+            if done:
+                cluster.finish(client)
+            else:
+                cluster.close(cancel=True)
+        finally:
+            client.close(timeout=CONNECT_TIMEOUT)
+        return
+    client.close()
+    if cluster is not None:
+        cluster.close()
 
 
 def _url(protocol: str, path: str) -> str:
     return path if protocol in ("file", "local") else f"{protocol}://{path.lstrip('/')}"
 
 
-def _wait(client: Any, futures: list[Any], progress: bool) -> None:
-    """Wait for every shard (errors included), with a progress bar when asked."""
-    from distributed import as_completed
+def _wait(client: Any, futures: list[Any], progress: bool,
+          check: Callable[[], Any] | None = None) -> None:  # fmt: skip
+    """Wait for every shard (errors included), with a progress bar when asked; ``check``
+    runs every CHECK_EVERY seconds (a cluster job's: it raises once the job has ended)."""
+    from distributed import wait
+    from distributed.client import FuturesCancelledError
 
     bar = None
     if progress:
@@ -182,10 +231,28 @@ def _wait(client: Any, futures: list[Any], progress: bool) -> None:
         except ImportError:  # progress is a nicety; the work goes on without it
             bar = None
     failed = 0
-    for fut in as_completed(futures):
-        failed += fut.status == "error"
+    pending = set(futures)
+    checked = time.monotonic()
+    try:
+        while pending:
+            try:
+                finished, pending = wait(
+                    pending, timeout=CHECK_EVERY, return_when="FIRST_COMPLETED"
+                )
+            except TimeoutError:
+                finished = set()
+            except FuturesCancelledError:  # the client lost its scheduler
+                if check is None:
+                    raise
+                return  # the caller asks the job why (its end, not a Dask traceback)
+            for fut in finished:
+                failed += fut.status == "error"
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(failed=failed)
+            if check is not None and time.monotonic() - checked >= CHECK_EVERY:
+                checked = time.monotonic()
+                check()
+    finally:
         if bar is not None:
-            bar.update(1)
-            bar.set_postfix(failed=failed)
-    if bar is not None:
-        bar.close()
+            bar.close()

@@ -303,6 +303,17 @@ class KubernetesBackend(Backend):
             raise conflict
         return None
 
+    def master_address(self, name: str) -> tuple[str, int]:
+        """Where rank 0 of job ``name`` listens: its cluster DNS name (what MASTER_ADDR
+        names, qualified with the namespace) and the contract's master port."""
+        details = self.get(name).details
+        ns = details.get("namespace") or self.kube.namespace
+        if details.get("flavor") == "indexed":
+            host = f"{name}-0.{details.get('service') or service_name(name)}.{ns}.svc"
+        else:
+            host = f"{name}-master-0.{ns}.svc"  # the training-operator's Service of rank 0
+        return host, self.kube.master_port
+
     # ---- status ---------------------------------------------------------------------------
     def _tracker(self, namespace: str, context: str | None = None) -> NamespaceTracker | None:
         """The running watches of ``namespace`` (started now if needed; None: no cluster)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 from ...catalog import InstanceSpec
 from ...contract import World, worker_env
+from ...data.run_and_upload import UPLOAD_ENV_PREFIX
 from ...errors import MountError, SpecError
 from ...redaction import REDACTED, redact_url, userinfo_credentials
 from ...spec import Mount, TrainSpec
@@ -243,6 +244,8 @@ class _PodBuilder:
         self.volumes: list[dict[str, Any]] = []
         self.mounts: list[dict[str, Any]] = []
         self.prefetch: list[dict[str, Any]] = []
+        self.uploads: list[tuple[str, str]] = []  # (mount path, URL without credentials)
+        self.upload_env: list[dict[str, Any]] = []
         for i, m in enumerate(spec.data):
             self._mount(m, f"data-{i}", "data")
         for i, m in enumerate(spec.outputs):
@@ -305,8 +308,11 @@ class _PodBuilder:
             raise SpecError(key, f"{m!r} is a local path, which pods on a cluster cannot see",
                             "upload it (s3://, oss://) or use pvc://CLAIM/PATH or nas://SERVER/PATH")  # fmt: skip
         elif key == "outputs":
-            raise SpecError(key, f"{m!r}: object-store outputs are not uploaded from Kubernetes yet",
-                            "write outputs to pvc://CLAIM/PATH or nas://SERVER/PATH")  # fmt: skip
+            # Portable mode: the pod writes into an emptyDir, and the main container's
+            # wrapper uploads it when the command ends (see _upload_wrapper).
+            self.volumes.append({"name": volume, "emptyDir": {}})
+            mount["readOnly"] = False  # an output is written, whatever its mode says
+            self._upload(m, url.scheme, volume, dst)
         else:
             self.volumes.append({"name": volume, "emptyDir": {}})
             self.prefetch.append(self._prefetch(m, url.scheme, volume))
@@ -345,6 +351,35 @@ class _PodBuilder:
             "env": env,
             "volumeMounts": [{"name": volume, "mountPath": target}],
         }
+
+    def _upload(self, m: Mount, scheme: str, volume: str, dst: str) -> None:
+        """Record an object-store output for the main container's upload wrapper; its
+        credentials go to the Secret, under names only the wrapper reads."""
+        src = m.src
+        creds = userinfo_credentials(src)
+        if creds:
+            src, user, password = creds
+            names = CREDENTIAL_ENV.get(scheme)
+            if names is None:
+                raise SpecError("outputs", f"{m!r}: credentials in a {scheme}:// URL",
+                                "pass them with --env for that filesystem instead")  # fmt: skip
+            prefix = f"{UPLOAD_ENV_PREFIX}{len(self.uploads)}_"
+            self.upload_env += [self._ref(prefix + names[0], f"{volume}-key", user),
+                                self._ref(prefix + names[1], f"{volume}-secret", password)]  # fmt: skip
+        if redact_url(src) != src:
+            raise SpecError("outputs", f"{m!r} holds credentials in its query string",
+                            "pass them with --env (e.g. AWS_SECRET_ACCESS_KEY) instead")  # fmt: skip
+        self.uploads.append((dst, src))
+
+    def wrap(self, command: list[str]) -> list[str]:
+        """``command`` run under ``python -m workbench.data run``, which uploads the
+        object-store outputs when it ends (any exit code) and keeps that exit code."""
+        if not self.uploads:
+            return command
+        wrapper = ["python", "-m", "workbench.data", "run"]
+        for dst, url in self.uploads:
+            wrapper += ["--upload", dst.replace("$(", "$$("), url.replace("$(", "$$(")]
+        return [*wrapper, "--", *command]
 
     def wait_for_master(
         self, master: str, skip_rank_zero: dict[str, Any] | None = None
@@ -394,8 +429,8 @@ class _PodBuilder:
             "name": container,
             "image": self.image,
             "imagePullPolicy": "IfNotPresent",
-            "command": command,
-            "env": [*env, *user_env, *self.secret_env],
+            "command": self.wrap(command),
+            "env": [*env, *user_env, *self.secret_env, *self.upload_env],
             "ports": [{"name": port_name, "containerPort": self.options.master_port}],
             "resources": self.resources(),
         }
