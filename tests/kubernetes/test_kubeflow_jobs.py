@@ -16,12 +16,14 @@ import shutil
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes.test_backend import kube_env, write_kubeconfig  # noqa: F401 - fixture
+from workbench.backends.kubernetes.status import job_view, ranks_of
 from workbench.manager import JobManager
 from workbench.settings import Settings
 from workbench.spec import JobStatus, RankState, TrainSpec
@@ -130,3 +132,41 @@ def test_mpijob_allreduce_through_the_launchers_mpirun(kubeflow: JobManager,
     # mpirun reached the workers through the operator's rsh agent (kubexec.sh, set -x)
     assert any("kubectl exec mpi-ar-worker-1" in line for line in logs), logs
     assert [r.state for r in done.ranks] == [RankState.SUCCEEDED] * 2
+
+
+def _pod(name: str, owner: str, rtype: str, index: int | None, phase: str,
+         code: int | None = None) -> dict[str, Any]:  # fmt: skip
+    labels = {"training.kubeflow.org/replica-type": rtype}
+    if index is not None:
+        labels["training.kubeflow.org/replica-index"] = str(index)
+    state = {"terminated": {"exitCode": code, "finishedAt": f"2026-12-01T10:00:0{index or 0}Z"}}
+    return {"metadata": {"name": name, "labels": labels, "resourceVersion": "1",
+                         "ownerReferences": [{"kind": owner, "controller": True, "uid": "u"}]},
+            "spec": {"containers": [{"name": "main"}]},
+            "status": {"phase": phase, "startTime": "2026-12-01T09:59:00Z",
+                       "containerStatuses": [{"name": "main", "restartCount": 0,
+                                              "state": state if code is not None else {}}]}}  # fmt: skip
+
+
+def test_status_of_tfjob_and_mpijob_pods() -> None:
+    """Chief is rank 0 and Worker i rank i + 1; an MPIJob's ranks are its workers, the
+    launcher's log is rank 0's, its success every rank's and its failure rank 0's."""
+    tf = [_pod("j-worker-0", "TFJob", "worker", 0, "Running"),
+          _pod("j-chief-0", "TFJob", "chief", 0, "Succeeded", 0)]  # fmt: skip
+    assert {r: (v.pod, v.state) for r, v in ranks_of(tf).items()} == {
+        0: ("j-chief-0", RankState.SUCCEEDED), 1: ("j-worker-0", RankState.RUNNING)}  # fmt: skip
+    workers = [_pod(f"m-worker-{i}", "MPIJob", "worker", i, "Running") for i in range(2)]
+    running = ranks_of([*workers, _pod("m-launcher", "MPIJob", "launcher", None, "Running")])
+    assert [(v.pod, v.log_pod, v.state) for v in running.values()] == [
+        ("m-worker-0", "m-launcher", RankState.RUNNING), ("m-worker-1", None, RankState.RUNNING)]  # fmt: skip
+    ok = _pod("m-launcher", "MPIJob", "launcher", None, "Succeeded", 0)
+    for pods in ([*workers, ok], [ok]):  # the workers are deleted once the launcher ends
+        view = job_view({"status": {"conditions": [{"type": "Succeeded", "status": "True"}]}}, pods)
+        assert view.status is JobStatus.SUCCEEDED
+        assert all(v.state is RankState.SUCCEEDED and v.exit_code == 0 for v in view.ranks.values())
+    failed = _pod("m-launcher", "MPIJob", "launcher", None, "Failed", 3)
+    view = job_view({"status": {"conditions": [{"type": "Failed", "status": "True",
+                                                "reason": "MPIJobFailed"}]}}, [*workers, failed])  # fmt: skip
+    assert (view.status, view.reason, view.message) == (
+        JobStatus.FAILED, "MPIJobFailed", "rank 0 exited with code 3")  # fmt: skip
+    assert view.ranks[1].state is RankState.RUNNING  # stopped with the gang, not "failed"
