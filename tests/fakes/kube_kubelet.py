@@ -383,6 +383,7 @@ class FakeCluster:
         registered = self.workdir / "exec" / ns / f"{name}.json"
         if main:  # what `kubectl exec` into this container runs with
             registered.parent.mkdir(parents=True, exist_ok=True)
+            registered.touch(mode=0o600)  # the env may hold the pod's Secret values
             registered.write_text(json.dumps({"env": full_env, "cwd": cwd}))
         if not self._alive((ns, name)):  # deleted while it started: _terminate saw no process
             _kill(proc, 0)
