@@ -7,7 +7,7 @@ DEMO_HOME ?= $(CURDIR)/.workbench-demo
 PYTEST_ARGS ?=
 DEMO_NAME := demo-$(shell date +%s)
 
-.PHONY: setup system-deps node demo test lint typecheck unit bench clean images screenshots constraints
+.PHONY: setup tf-venv system-deps node demo test lint typecheck unit bench clean images screenshots constraints
 
 # The install builds labextension/ into the package (hatch-jupyter-builder runs jlpm, which
 # needs Node.js), so the venv waits for node.
@@ -21,14 +21,26 @@ $(STAMP): pyproject.toml .ci/constraints.txt labextension/package.json labextens
 
 setup: $(STAMP)
 
+# The TFJob end-to-end test runs TensorFlow in a venv of its own (TensorFlow and torch in
+# one venv would cost a second multi-GB stack of pins): built once, when missing.
+TF_VENV := .venv-tf
+TF_STAMP := $(TF_VENV)/.installed-stamp
+$(TF_STAMP):
+	test -x $(TF_VENV)/bin/python || $(PY) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install -q 'tensorflow-cpu==2.18.0'
+	touch $(TF_STAMP)
+
+tf-venv: $(TF_STAMP)
+
 # System packages the tests need, installed when missing (as root, with apt-get) and said
 # so; otherwise the exact apt-get line is printed and make stops:
 #   podman + runc   the container runtime tests (Podman serving the Docker Engine API; runc
 #                   because crun fails here, see tests/containers/containers.conf)
 #   debootstrap     builds the containers' base image offline (no registry is reachable)
 #   chromium        the browser tests drive JupyterLab in Debian's chromium via Playwright
+#   openmpi-bin     mpirun for the MPIJob end-to-end test (mpi4py in the test extra uses it)
 SYSTEM_DEPS := podman:podman runc:runc debootstrap:debootstrap chromium:chromium \
-	chromedriver:chromium-driver
+	chromedriver:chromium-driver mpirun:openmpi-bin
 APT := DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300
 
 system-deps:
@@ -36,7 +48,7 @@ system-deps:
 	  command -v "$${pair%%:*}" >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
 	done; \
 	if [ -z "$$missing" ]; then \
-	  echo "system-deps: podman, runc, debootstrap and chromium are installed"; \
+	  echo "system-deps: podman, runc, debootstrap, chromium and openmpi are installed"; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "system-deps: installing what the tests need and this machine lacks:$$missing"; \
 	  $(APT) update && $(APT) install -y $$missing >/dev/null && \
@@ -76,7 +88,7 @@ lint: setup
 typecheck: setup
 	$(BIN)/mypy
 
-unit: setup system-deps
+unit: setup system-deps tf-venv
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 test: system-deps lint typecheck unit
@@ -99,5 +111,5 @@ constraints: setup
 	  > .ci/constraints.txt.new && mv .ci/constraints.txt.new .ci/constraints.txt
 
 clean:
-	rm -rf $(VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache \
+	rm -rf $(VENV) $(TF_VENV) $(DEMO_HOME) .pytest_cache .mypy_cache .ruff_cache \
 	  labextension/node_modules labextension/lib labextension/tsconfig.tsbuildinfo workbench/labextension

@@ -102,7 +102,8 @@ def add_spec_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--flavor",
-        help="kubernetes backend: indexed (a batch/v1 Indexed Job) or kubeflow (a PyTorchJob); "
+        help="kubernetes backend: indexed (a batch/v1 Indexed Job) or kubeflow (a PyTorchJob, "
+        "TFJob or MPIJob by the framework); "
         "short for --backend-opt flavor=...",
     )
     p.add_argument(

@@ -6,8 +6,9 @@
   in every container, hostname ``JOB-INDEX``, an owner reference to the Job; it retries
   failed indexes up to ``backoffLimit`` and writes the Job's counters and its Complete
   or Failed condition.
-* The PyTorchJob controller (kube_pytorchjob.py) does the training-operator's part, and
-  kube_volcano.py Volcano's job controller and gang admission.
+* The PyTorchJob, TFJob and MPIJob controllers (kube_pytorchjob.py, kube_tfjob.py,
+  kube_mpijob.py) do the training-operator's part, and kube_volcano.py Volcano's job
+  controller and gang admission.
 * The kubelet runs each pod's init containers, then its first container, as local
   processes (the image is ignored: the host's Python runs everything), resolving env as
   Kubernetes does (values, the downward API, secretKeyRef, ``$(VAR)`` in commands), fills
@@ -20,15 +21,21 @@ the cluster has published (pods with a hostname and subdomain whose headless Ser
 exists: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
 so init containers wait as they would on a cluster. In the main container, MASTER_ADDR
 and PET_MASTER_ADDR holding such a name, and each such name in Volcano's VC_*_HOSTS
-lists, get 127.0.0.1 instead (torch resolves names in C,
-past any Python patch): the one place its env differs from the rendered manifest. Volumes are not
-mounted. Every process binds and dials 127.0.0.1 only.
+lists, get 127.0.0.1 instead (torch resolves names in C, past any Python patch), and
+TF_CONFIG's ``HOST:PORT`` entries naming such a host get ``127.0.0.1:P``, one free port P
+per host (pods share the host's network here): the places its env differs from the
+rendered manifest. configMap and emptyDir volumes are folders (kube_volumes.py); other
+volumes are not mounted. A container without a command runs the entrypoint of the images
+the fake knows (kube_mpijob.entrypoint), and each running main container is registered
+(WORKDIR/exec/NS/POD.json: env, cwd) for the fake ``kubectl exec``.
+Every process binds and dials 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
 import signal
@@ -40,9 +47,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from . import kube_volumes
 from .kube_apiserver import KUBELET_FINALIZER, FakeKubeAPIServer
+from .kube_mpijob import entrypoint, prepare_node, reconcile_mpijobs
 from .kube_pytorchjob import reconcile_pytorchjobs
 from .kube_state import ApiError, now_rfc3339, selector_matches
+from .kube_tfjob import loopback_tf_config, reconcile_tfjobs
 from .kube_volcano import reconcile_volcano, serve_volcano
 
 PODS = ("", "v1", "pods")
@@ -94,6 +104,7 @@ class FakeCluster:
         self.bin = workdir / "bin"
         self.dns_file = workdir / "dns-names"
         self.dns_names: set[str] = set()
+        self.tf_ports: dict[str, int] = {}  # TF_CONFIG host -> its loopback port
 
     def start(self) -> FakeCluster:
         """Begin reconciling."""
@@ -102,6 +113,7 @@ class FakeCluster:
         shim = self.bin / "nslookup"
         shim.write_text(f'#!/bin/sh\ngrep -qxF "$1" {self.dns_file}\n')
         shim.chmod(0o755)
+        prepare_node(self.workdir)
         for node, gpus in (self.nodes or {}).items():
             extra = self.node_extra.get(node) or {}
             res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra.get("resources") or {})}
@@ -134,6 +146,8 @@ class FakeCluster:
             try:
                 self._reconcile_jobs()
                 reconcile_pytorchjobs(self.state)
+                reconcile_tfjobs(self.state)
+                reconcile_mpijobs(self.state)
                 reconcile_volcano(self.fake)
                 self._publish_dns()
                 self._reconcile_pods()
@@ -319,8 +333,9 @@ class FakeCluster:
         key = (ns, name)
         try:
             spec = pod.get("spec") or {}
+            volumes = kube_volumes.materialize(self.state, pod, self.workdir)
             for c in spec.get("initContainers", []):
-                code = self._run_container(pod, c)
+                code = self._run_container(pod, c, volumes)
                 if code != 0:
                     self._finish(pod, code, "Init:Error")
                     return
@@ -331,7 +346,7 @@ class FakeCluster:
             self.fake.set_pod_phase(
                 ns, name, "Running", startTime=now_rfc3339(), containerStatuses=[running]
             )
-            code = self._run_container(pod, main)
+            code = self._run_container(pod, main, volumes)
             self._finish(pod, code, "Completed" if code == 0 else "Error")
         except ApiError:
             pass  # the pod was deleted meanwhile
@@ -356,15 +371,19 @@ class FakeCluster:
         self.fake.set_pod_phase(ns, name, "Succeeded" if code == 0 else "Failed",
                                 containerStatuses=[_cstatus(main, term)])  # fmt: skip
 
-    def _run_container(self, pod: dict[str, Any], container: dict[str, Any]) -> int | None:
+    def _run_container(self, pod: dict[str, Any], container: dict[str, Any],
+                       volumes: dict[str, Path] | None = None) -> int | None:  # fmt: skip
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         if self._stop.is_set() or not self._alive((ns, name)):
             return None
         main = container is pod["spec"]["containers"][0]
-        env = self._env(pod, container, loopback_names=main)
+        mounts = kube_volumes.mount_map(pod, volumes or {}, container)
+        env = {k: kube_volumes.rewrite(v, mounts)
+               for k, v in self._env(pod, container, loopback_names=main).items()}  # fmt: skip
+        command = container.get("command") or entrypoint(container.get("image", ""), self.workdir)
         argv = [
-            expand(a, env)
-            for a in [*(container.get("command") or []), *(container.get("args") or [])]
+            kube_volumes.rewrite(expand(a, env), mounts)
+            for a in [*(command or []), *(container.get("args") or [])]
         ]
         if argv and argv[0] == "python":
             argv[0] = sys.executable  # the host's Python plays the image's
@@ -376,12 +395,19 @@ class FakeCluster:
         proc = subprocess.Popen(argv, env=full_env, cwd=cwd, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         self.procs[(ns, name)] = proc
+        registered = self.workdir / "exec" / ns / f"{name}.json"
+        if main:  # what `kubectl exec` into this container runs with
+            registered.parent.mkdir(parents=True, exist_ok=True)
+            registered.touch(mode=0o600)  # the env may hold the pod's Secret values
+            registered.write_text(json.dumps({"env": full_env, "cwd": cwd}))
         if not self._alive((ns, name)):  # deleted while it started: _terminate saw no process
             _kill(proc, 0)
         assert proc.stdout is not None
         for line in iter(proc.stdout.readline, b""):
             self.state.append_log(ns, name, line, container=container["name"])
         code = proc.wait()
+        if main:
+            registered.unlink(missing_ok=True)
         self.procs.pop((ns, name), None)
         return code if code >= 0 else None
 
@@ -399,6 +425,8 @@ class FakeCluster:
             if loopback_names and HOSTS_LIST.match(e["name"]):
                 value = ",".join("127.0.0.1" if h in self.dns_names else h
                                  for h in value.split(","))  # fmt: skip
+            if loopback_names and e["name"] == "TF_CONFIG":
+                value = loopback_tf_config(value, self.dns_names, self.tf_ports)
             out[e["name"]] = "127.0.0.1" if loopback else value
         return out
 

@@ -1,4 +1,5 @@
-"""KubernetesBackend: TrainSpecs as Indexed Jobs or PyTorchJobs on a cluster.
+"""KubernetesBackend: TrainSpecs as Indexed Jobs or Kubeflow jobs (PyTorchJob, TFJob, MPIJob)
+on a cluster.
 
 admit renders the manifests (manifests.py) and checks the gang against the nodes when a
 cluster is configured; launch creates the Secret, the workload and its Service, and the

@@ -276,14 +276,14 @@ def _same(old: dict[str, Any], v: RankView) -> bool:
 
 
 class NamespaceTracker:
-    """The watches of one namespace (pods, Jobs, PyTorchJobs where served, Events) and
+    """The watches of one namespace (pods, Jobs, Kubeflow jobs where served, Events) and
     the objects they have seen, by job."""
 
     def __init__(self, cluster: Cluster, namespace: str, sync: JobSync) -> None:
         self.cluster, self.namespace, self.syncer = cluster, namespace, sync
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # job -> pod name -> pod
-        self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job/PyTorchJob/Volcano Job
+        self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job, Kubeflow job or Volcano Job
         self.podgroups: dict[str, dict[str, Any]] = {}  # job -> its Volcano PodGroup
         self.pod_jobs: dict[str, str] = {}  # pod name -> job
         self.watches: list[watch.NamespaceWatch] = []
