@@ -130,6 +130,9 @@ def test_volcano_validation_and_names_catch_bad_input() -> None:
     with pytest.raises(SpecError) as e:
         rendered(make(queue="Research_Q"), "volcano")
     assert e.value.field == "queue"
+    with pytest.raises(SpecError) as e:  # the svc plugin's Service is named after the job
+        rendered(make(name="7b-run"), "volcano")
+    assert e.value.field == "name" and "volcano" in str(e.value)
 
 
 # ---- the gang's life on the fake Volcano: the BackendContract's gang cases ---------------------

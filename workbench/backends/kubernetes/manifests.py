@@ -142,10 +142,11 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
             f"{framework} jobs are not supported on Kubernetes yet",
             "use a pytorch or plain image (TFJob and MPIJob come with issue 11)",
         )
-    if flavor == "kubeflow" and not DNS1035.match(spec.name):
+    if flavor in ("kubeflow", "volcano") and not DNS1035.match(spec.name):
         raise SpecError(
             "name",
-            f"{spec.name!r} starts with a digit, but the training-operator names Services after it",
+            f"{spec.name!r} starts with a digit, but the {flavor} controller names Services "
+            "after it",
             "start the name with a letter, e.g. job-" + spec.name,
         )
     builder = _PodBuilder(spec, offer, image, options, flavor)
