@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests.backends.contract import BackendContract
 from tests.conftest import wait_for
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster, expand
@@ -129,6 +130,31 @@ def test_volcano_validation_and_names_catch_bad_input() -> None:
     with pytest.raises(SpecError) as e:
         rendered(make(queue="Research_Q"), "volcano")
     assert e.value.field == "queue"
+    with pytest.raises(SpecError) as e:  # the svc plugin's Service is named after the job
+        rendered(make(name="7b-run"), "volcano")
+    assert e.value.field == "name" and "volcano" in str(e.value)
+
+
+# ---- the gang's life on the fake Volcano: the BackendContract's gang cases ---------------------
+class TestVolcanoGangContract(BackendContract):
+    """The BackendContract's gang cases (a failed rank stops the gang, retries restart it
+    whole with the next WORKBENCH_ATTEMPT, cancel stops every rank) on Volcano Jobs. The
+    whole suite passes too (10 cases, ~25 s); the others are left out here (set to None,
+    which pytest does not collect) to keep the added time small."""
+
+    runtime = "pod"
+    test_submit_runs_to_succeeded = None  # type: ignore[assignment]
+    test_change_feed_reports_pending_running_succeeded = None  # type: ignore[assignment]
+    test_retries_exhausted_fail_the_job = None  # type: ignore[assignment]
+    test_admit_has_no_side_effects_and_launch_runs_the_plan = None  # type: ignore[assignment]
+    test_logs_of_one_rank_and_of_every_rank = None  # type: ignore[assignment]
+    test_logs_follow_until_the_job_ends = None  # type: ignore[assignment]
+    test_env_contract_reaches_every_rank = None  # type: ignore[assignment]
+
+    @pytest.fixture
+    def jobs(self, volcano_jobs: JobManager) -> JobManager:
+        """The Volcano manager of this module."""
+        return volcano_jobs
 
 
 # ---- fractional GPUs ------------------------------------------------------------------------
@@ -362,3 +388,49 @@ def test_bad_driver_tables_and_sharing_schemes_name_the_setting(table: Any, fiel
     with pytest.raises(SpecError) as e:
         load_settings({"gpu_sharing": "mig"})
     assert e.value.field == "kubernetes.gpu_sharing"
+
+
+def test_volcano_status_from_the_phase_and_the_podgroup() -> None:
+    from workbench.backends.kubernetes.status import job_view
+
+    def job(phase: str) -> dict[str, Any]:
+        return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job",
+                "status": {"state": {"phase": phase}}}  # fmt: skip
+
+    def pod(rank: int, phase: str, code: int | None = None) -> dict[str, Any]:
+        state = {"terminated": {"exitCode": code}} if code is not None else {"running": {}}
+        return {"metadata": {"name": f"j-worker-{rank}", "annotations": {"volcano.sh/task-index": str(rank)}},
+                "spec": {"containers": [{"name": "worker"}], "nodeName": "n"},
+                "status": {"phase": phase, "containerStatuses": [{"name": "worker", "state": state}]}}  # fmt: skip
+
+    queued = {"spec": {"queue": "research"}, "status": {"phase": "Pending"}}
+    held = {"spec": {"queue": "research"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
+         "message": "resource in cluster is overused: overused nvidia.com/gpu"}]}}  # fmt: skip
+    view = job_view(job("Pending"), [], queued)
+    assert (view.status, view.reason, view.message) == (
+        JobStatus.PENDING,
+        "Queued",
+        "waiting in Volcano queue research",
+    )
+    view = job_view(job("Pending"), [], held)
+    assert (view.status, view.reason) == (JobStatus.PENDING, "Unschedulable")
+    assert view.message == "resource in cluster is overused: overused nvidia.com/gpu"
+    assert (
+        job_view(job("Running"), [pod(0, "Running"), pod(1, "Running")]).status is JobStatus.RUNNING
+    )
+    view = job_view(job("Terminated"), [pod(0, "Failed", 3), pod(1, "Failed", 137)])
+    assert (view.status, view.message) == (JobStatus.FAILED, "rank 0 exited with code 3")
+    assert job_view(job("Completed"), [pod(0, "Succeeded", 0)]).status is JobStatus.SUCCEEDED
+    assert sorted(job_view(job("Running"), [pod(1, "Running"), pod(0, "Running")]).ranks) == [0, 1]
+
+
+def test_volcano_flavour_needs_a_cluster_that_serves_it(
+    kube_fake: FakeKubeAPIServer, wb_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "kc", kube_fake.url)))
+    m = JobManager(Settings.load(backend="kubernetes", kubernetes={"flavor": "volcano"}))
+    with pytest.raises(SpecError) as e:  # the fake serves batch/v1 and kubeflow.org only
+        m.admit(spec(["python", "x.py"], name="novc"))
+    assert e.value.field == "backend_options.flavor" and "Volcano" in str(e.value)
+    assert m.backend("kubernetes").capabilities().flavours == ("indexed", "kubeflow")

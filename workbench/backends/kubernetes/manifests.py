@@ -140,10 +140,11 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
             "of flavour kubeflow, not an Indexed Job",
             "use --flavor kubeflow (a cluster with the Kubeflow training-operator)",
         )
-    if flavor == "kubeflow" and not DNS1035.match(spec.name):
+    if flavor in ("kubeflow", "volcano") and not DNS1035.match(spec.name):
         raise SpecError(
             "name",
-            f"{spec.name!r} starts with a digit, but the training-operator names Services after it",
+            f"{spec.name!r} starts with a digit, but the {flavor} controller names Services "
+            "after it",
             "start the name with a letter, e.g. job-" + spec.name,
         )
     builder = _PodBuilder(spec, offer, image, options, flavor)

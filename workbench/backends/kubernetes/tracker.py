@@ -130,6 +130,11 @@ class JobSync:
             if view.status is JobStatus.FAILED and int(row["attempt"]) <= retries:
                 self._restart(name, row, view)
                 return
+            stored = {r["rank"] for r in self.store.rank_rows(name)}
+            for rank in set(range(row_workers(row))) - stored - set(view.ranks):
+                # A rank whose pod the gang's controller deleted (Volcano's TerminateJob,
+                # the operator on a failure) before the watch saw it: stopped, not lost.
+                self.store.set_rank(name, rank, state=RankState.PENDING)
             level = "info" if view.status is JobStatus.SUCCEEDED else "error"
             if _COPY_AT_END and details.get("job_dir"):
                 with contextlib.suppress(Exception):  # logs outlive pod garbage collection

@@ -31,7 +31,6 @@ KIND_KEY = "Job.batch.volcano.sh"  # details["kind"]: batch/v1's Job is "Job"
 SCHEDULER = "volcano"
 TASK = "worker"
 TASK_INDEX = "volcano.sh/task-index"  # annotation and label the job controller sets
-QUEUE_LABEL = "volcano.sh/queue-name"
 HOSTS_FILE = f"/etc/volcano/{TASK}.host"
 # What the mapping below sets from Volcano's variables: never rendered as static values.
 MAPPED = frozenset({"RANK", "PET_NODE_RANK", "WORKBENCH_RANK", "MASTER_ADDR", "PET_MASTER_ADDR",
