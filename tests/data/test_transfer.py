@@ -5,6 +5,7 @@ codes, credentials from the environment only, and the command line the manifests
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -163,3 +164,27 @@ def test_the_init_container_the_manifests_render_runs_as_is(
                          text=True, timeout=120, env=env)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert tree(dest) == {k.removeprefix("train/"): v for k, v in OBJECTS.items()}
+
+
+def test_run_uploads_what_a_stopped_command_wrote(s3, bucket: str, tmp_path: Path) -> None:
+    """``run`` as a pod's PID 1 on cancel: SIGTERM goes on to the command, what it wrote is
+    uploaded with the credentials only the upload sees, and the exit code is 128+15."""
+    out = tmp_path / "ckpt"
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    }
+    env |= {"WORKBENCH_UPLOAD_0_AWS_ACCESS_KEY_ID": "testing",
+            "WORKBENCH_UPLOAD_0_AWS_SECRET_ACCESS_KEY": "testing-secret"}  # fmt: skip
+    script = ('env | grep -q WORKBENCH_UPLOAD_ && exit 9; mkdir -p "$0"; echo step-7 > "$0/partial"; '
+              'echo ready; exec sleep 60')  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.data", "run", "--upload", str(out),
+                             f"s3://{bucket}/stopped", "--", "sh", "-c", script, str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "command exited with code 143; uploading outputs" in err
+    assert s3.get_object(Bucket=bucket, Key="stopped/partial")["Body"].read() == b"step-7\n"

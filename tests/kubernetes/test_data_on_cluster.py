@@ -188,9 +188,9 @@ def test_preprocess_on_the_cluster_matches_a_local_cluster(
 
 
 def test_cancelling_the_job_stops_preprocess_with_an_error(
-    kube_env: Path,
+    kube_env: Path,  # noqa: F811
     cluster_dns: FakeCluster,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """Cancelling the Dask job mid-work ends preprocess with an error naming the job, in
     seconds, and leaves no process behind."""

@@ -84,16 +84,19 @@ class KubeDaskCluster:
         backend = self._backend()
         self.record = backend.submit(self.spec())
         deadline = time.monotonic() + self.start_timeout
-        while True:
-            record = self.check()
-            if record.status is JobStatus.RUNNING:
-                break
-            if time.monotonic() > deadline:
-                self.close(cancel=True)
-                raise BackendError("kubernetes", f"preprocess job {self.job} did not start "
-                                   f"within {self.start_timeout:g}s ({record.message or record.status.value}); "
-                                   "it was cancelled")  # fmt: skip
-            time.sleep(POLL)
+        try:
+            while True:
+                record = self.check()
+                if record.status is JobStatus.RUNNING:
+                    break
+                if time.monotonic() > deadline:
+                    raise BackendError("kubernetes", f"preprocess job {self.job} did not start within "
+                                       f"{self.start_timeout:g}s ({record.message or record.status.value}); "
+                                       "it was cancelled")  # fmt: skip
+                time.sleep(POLL)
+        except BaseException:  # a timeout, or Ctrl-C while waiting: the job goes too
+            self.close(cancel=True)
+            raise
         if self.scheduler_address:
             return self.scheduler_address
         host, port = backend.master_address(self.job)
