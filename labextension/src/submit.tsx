@@ -104,14 +104,14 @@ export function SubmitTab({
   React.useEffect(load, [load]);
 
   // Every change (typed, picked, or filled from the file browser) is checked after a pause.
+  const latest = React.useRef(form);
   const update = (patch: Partial<SubmitForm>): void => {
     touched.current = true;
-    setForm(previous => {
-      const next = { ...previous, ...patch };
-      setChecking(true);
-      check.schedule(next);
-      return next;
-    });
+    const next = { ...latest.current, ...patch };
+    latest.current = next;
+    setForm(next);
+    setChecking(true);
+    check.schedule(next);
   };
   React.useEffect(() => {
     if (prefill) update({ script: prefill.script });
@@ -119,7 +119,10 @@ export function SubmitTab({
   // The settings may load after the form: their default backend applies until the user picks.
   const pickedBackend = React.useRef(false);
   React.useEffect(() => {
-    if (!pickedBackend.current) setForm(f => ({ ...f, backend: settings.defaultBackend }));
+    if (!pickedBackend.current) {
+      latest.current = { ...latest.current, backend: settings.defaultBackend };
+      setForm(latest.current);
+    }
   }, [settings.defaultBackend]);
 
   const submit = async (event: React.FormEvent): Promise<void> => {
@@ -127,7 +130,7 @@ export function SubmitTab({
     check.dispose(); // a late dry-run answer must not overwrite the submit's outcome
     setSubmitting(true);
     try {
-      const job = await api.submit(toSpec(form));
+      const job = await api.submit(toSpec(latest.current));
       setResult({ errors: {}, plan: null });
       onSubmitted(job);
     } catch (error) {

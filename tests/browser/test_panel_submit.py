@@ -21,7 +21,7 @@ import pytest
 from workbench.manager import JobManager
 
 from .conftest import Lab
-from .test_panel import IMAGES, _open_panel
+from .test_panel import IMAGES, _open_panel, _palette
 
 PLUGIN = "jupyter-gpu-workbench:plugin"
 JOB = "form-job"
@@ -90,14 +90,27 @@ def test_submit_form_runs_a_2_worker_job_and_names_bad_fields(
     )
     assert (panel_extension / loaded["load"]).is_file(), loaded
 
+    # The palette command opens the Submit tab; the tabs move with the arrow keys.
+    _palette(page, "Workbench: Open submit form", "workbench:open-submit")
+    form = panel.get_by_role("form", name="Submit a training job")
+    form.wait_for(timeout=15_000)
+    assert form.get_by_label("Script").input_value() == ""
+    panel.get_by_role("tab", name="Submit").focus()
+    page.keyboard.press("ArrowLeft")
+    expect(panel.get_by_role("tab", name="Jobs")).to_have_attribute("aria-selected", "true")
+    expect(panel.get_by_role("tab", name="Jobs")).to_be_focused()
+    page.keyboard.press("End")
+    expect(panel.get_by_role("tab", name="Submit")).to_have_attribute("aria-selected", "true")
+
     # Right-click the script in the file browser: "Train with workbench" fills the form.
+    panel.get_by_role("tab", name="Jobs").click()  # the command brings Submit back
     page.locator('.jp-SideBar [data-id="filebrowser"]').click()
     item = page.locator(".jp-DirListing-item", has_text="train_submit.py")
     item.click(button="right")
-    page.locator('.lm-Menu-item[data-command="workbench:open-submit"]').click()
-    form = panel.get_by_role("form", name="Submit a training job")
-    form.wait_for(timeout=15_000)
-    assert form.get_by_label("Script").input_value() == "train_submit.py"
+    menu_item = page.locator('.lm-Menu-item[data-command="workbench:open-submit"]')
+    assert menu_item.inner_text().strip() == "Train with workbench"
+    menu_item.click()
+    expect(form.get_by_label("Script")).to_have_value("train_submit.py")
     assert panel.get_by_role("tab", name="Submit").get_attribute("aria-selected") == "true"
 
     # The first check (a dry run) prices the plan; the pickers come from the catalogue and

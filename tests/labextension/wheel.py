@@ -31,9 +31,32 @@ def _session_dir() -> Path:
     return path
 
 
+BUILT = ROOT / "workbench" / "labextension"  # the build hook's output (git-ignored)
+# What the build reads. The hook's staleness check watches one folder (labextension/src);
+# a change to the styles, the settings schema or package.json alone would ship the old build.
+INPUTS = ("src", "style", "schema", "package.json")
+
+
+def _newest(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_mtime
+    return max((f.stat().st_mtime for f in path.rglob("*") if f.is_file()), default=0.0)
+
+
+def _drop_stale_build() -> None:
+    """Remove the build when any input is newer (the hook's own test), so it builds again."""
+    if not BUILT.exists():
+        return
+    labext = ROOT / "labextension"
+    newest_input = max(_newest(labext / name) for name in INPUTS if (labext / name).exists())
+    if newest_input > _newest(BUILT):
+        shutil.rmtree(BUILT)
+
+
 @functools.cache
 def built_wheel() -> Path:
     """The project's wheel (pip wheel .), built once per session; AssertionError on failure."""
+    _drop_stale_build()
     # Offline when the build requirements are here (the test extra has them), else pip
     # fetches them into an isolated build environment.
     have_builder = all(importlib.util.find_spec(m) for m in ("hatchling", "hatch_jupyter_builder"))
