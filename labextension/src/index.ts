@@ -17,9 +17,9 @@ import { JobsTab, PanelErrorBoundary } from './panel';
 import type { RawJob } from './models';
 import { WorkbenchClient } from './request';
 import { DEFAULT_SETTINGS, SettingsContext, readSettings, type PanelSettings } from './settings';
-import { PanelTabs, type TabSpec } from './shell';
 import { SubmitTab, type Prefill } from './submit';
 import { SubmitApi } from './submitform';
+import { PanelTabs, type PanelTab } from './tabs';
 import { eventsUrl, type SocketLike } from './stream';
 
 /** Command ids. */
@@ -34,7 +34,8 @@ const PANEL_ID = 'jp-workbench-panel';
 /** The side panel: the Jobs and Submit tabs over one feed (one socket per browser tab). */
 class WorkbenchPanel extends ReactWidget {
   settings: PanelSettings = DEFAULT_SETTINGS;
-  private active = 'jobs';
+  /** The tab in view (the palette commands switch it). */
+  activeTab = 'jobs';
   private prefill: Prefill | null = null;
   /** The job the Jobs tab opens (a job just submitted); n remounts the tab for each. */
   private opened: { name: string; n: number } | null = null;
@@ -54,9 +55,15 @@ class WorkbenchPanel extends ReactWidget {
     this.submitApi = new SubmitApi(client);
   }
 
+  /** Show one tab ('jobs', 'submit', ...). */
+  showTab(id: string): void {
+    this.activeTab = id;
+    this.update();
+  }
+
   /** Show the Submit tab, with `script` in its form when given. */
   openSubmit(script: string | null): void {
-    this.active = 'submit';
+    this.activeTab = 'submit';
     if (script) this.prefill = { script, n: (this.prefill?.n ?? 0) + 1 };
     this.update();
   }
@@ -72,7 +79,7 @@ class WorkbenchPanel extends ReactWidget {
     // Into the table at once: the view shows the record before the stream's event lands.
     this.feed.table.upsert([job]);
     this.opened = { name: job.name, n: (this.opened?.n ?? 0) + 1 };
-    this.active = 'jobs';
+    this.activeTab = 'jobs';
     this.update();
   }
 
@@ -88,7 +95,7 @@ class WorkbenchPanel extends ReactWidget {
   }
 
   render(): JSX.Element {
-    const tabs: TabSpec[] = [
+    const tabs: PanelTab[] = [
       {
         id: 'jobs',
         label: 'Jobs',
@@ -120,11 +127,8 @@ class WorkbenchPanel extends ReactWidget {
         null,
         React.createElement(PanelTabs, {
           tabs,
-          active: this.active,
-          onSelect: (id: string) => {
-            this.active = id;
-            this.update();
-          }
+          active: this.activeTab,
+          onSelect: (id: string) => this.showTab(id)
         })
       )
     );

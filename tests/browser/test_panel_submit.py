@@ -95,12 +95,14 @@ def test_submit_form_runs_a_2_worker_job_and_names_bad_fields(
     form = panel.get_by_role("form", name="Submit a training job")
     form.wait_for(timeout=15_000)
     assert form.get_by_label("Script").input_value() == ""
-    panel.get_by_role("tab", name="Submit").focus()
-    page.keyboard.press("ArrowLeft")
-    expect(panel.get_by_role("tab", name="Jobs")).to_have_attribute("aria-selected", "true")
-    expect(panel.get_by_role("tab", name="Jobs")).to_be_focused()
-    page.keyboard.press("End")
-    expect(panel.get_by_role("tab", name="Submit")).to_have_attribute("aria-selected", "true")
+    submit_tab = panel.get_by_role("tab", name="Submit")
+    submit_tab.focus()
+    page.keyboard.press("ArrowLeft")  # the tab before Submit (Jobs, or GPUs with lane gpus)
+    expect(submit_tab).to_have_attribute("aria-selected", "false")
+    expect(panel.locator('[role="tab"]:focus')).to_have_attribute("aria-selected", "true")
+    page.keyboard.press("ArrowRight")
+    expect(submit_tab).to_have_attribute("aria-selected", "true")
+    expect(submit_tab).to_be_focused()
 
     # Right-click the script in the file browser: "Train with workbench" fills the form.
     panel.get_by_role("tab", name="Jobs").click()  # the command brings Submit back
