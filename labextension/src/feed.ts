@@ -19,6 +19,8 @@ export class JobFeed {
   streamDetail = '';
   hello: HelloFrame | null = null;
   gpu: GpuFrame | null = null;
+  /** Jobs in the first page of a list (the Settings Editor's pageSize). */
+  firstPage = 100;
   /** Milliseconds from start() to the first rows in the table (null until then). */
   firstRowsMs: number | null = null;
   readonly stream: EventStream;
@@ -93,7 +95,7 @@ export class JobFeed {
           this.table.upsert(page);
           this.firstRowsMs = this.now() - this.startedAt;
         }
-      });
+      }, this.firstPage);
       if (generation !== this.listGeneration) return;
       const held = this.listing ?? [];
       this.listing = null;

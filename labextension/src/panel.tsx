@@ -16,6 +16,7 @@ import {
   type JobView
 } from './models';
 import type { WorkbenchClient } from './request';
+import { SettingsContext } from './settings';
 
 // Two lines a row (name and status; backend, workers, GPUs, age, cost), so a default-width
 // sidebar shows every column.
@@ -90,13 +91,16 @@ export class PanelErrorBoundary extends React.Component<
 export function JobsTab({
   feed,
   client,
-  onOpen
+  onOpen,
+  initial = null
 }: {
   feed: JobFeed;
   client: WorkbenchClient;
   onOpen?: (name: string | null) => void;
+  /** The job whose view opens first (a job just submitted from the Submit tab). */
+  initial?: string | null;
 }): JSX.Element {
-  const [selected, setSelected] = React.useState<string | null>(null);
+  const [selected, setSelected] = React.useState<string | null>(initial);
   const open = (name: string | null): void => {
     setSelected(name);
     onOpen?.(name);
@@ -407,8 +411,10 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
   const [ended, setEnded] = React.useState(false);
   const pre = React.useRef<HTMLPreElement>(null);
   const terminal = TERMINAL.has(job.status);
+  // Follow by default as the Settings Editor says; the view's own box switches it.
+  const [followWanted, setFollowWanted] = React.useState(React.useContext(SettingsContext).followLogs);
   // Re-open the stream once when the job ends, so the tail a follow may have missed shows.
-  const follow = !terminal;
+  const follow = !terminal && followWanted;
 
   React.useEffect(() => {
     const node = pre.current;
@@ -460,7 +466,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
       abort.abort();
       if (frame) cancelAnimationFrame(frame);
     };
-  }, [client, job.name, rank, follow]);
+  }, [client, job.name, rank, follow, terminal]);
 
   const ranks = job.ranks.length ? job.ranks.map(r => r.rank) : [0];
   return (
@@ -482,8 +488,19 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
             <option value="all">all ranks</option>
           </select>
         </label>
+        {!terminal && (
+          <label>
+            <input
+              type="checkbox"
+              aria-label="Follow the log"
+              checked={followWanted}
+              onChange={e => setFollowWanted(e.target.checked)}
+            />{' '}
+            Follow
+          </label>
+        )}
         <span className="jp-WorkbenchPanel-follow" data-following={follow && !ended}>
-          {follow && !ended ? 'following' : 'complete'}
+          {follow && !ended ? 'following' : !terminal && !followWanted ? 'not following' : 'complete'}
         </span>
       </div>
       {error && <ErrorBox message={error} />}

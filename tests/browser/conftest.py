@@ -168,6 +168,18 @@ def _wait_until_up(lab: Lab) -> None:
 
 
 @pytest.fixture
+def panel_extension(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The panel's labextension as the built wheel installs it: the wheel (built once per
+    session) is installed alone into an empty venv, and that venv's share/jupyter goes first
+    on JUPYTER_PATH for the lab the test starts after this (no copy of a build folder)."""
+    from ..labextension.wheel import EXTENSION, installed_alone
+
+    share = installed_alone() / "share" / "jupyter"
+    monkeypatch.setenv("JUPYTER_PATH", str(share))
+    return share / "labextensions" / EXTENSION
+
+
+@pytest.fixture
 def browser_page(tmp_path: Path) -> Iterator[Any]:
     """A Playwright page in a fresh headless Chromium profile under tmp_path."""
     executable = chromium_path()

@@ -1,7 +1,7 @@
 """The JupyterLab side panel (labextension/) in a real JupyterLab and Debian's Chromium.
 
-The prebuilt extension (what the wheel ships under share/jupyter/labextensions) is installed
-into the test's own Jupyter data dir; a real 2-worker job submitted through the Python API
+The extension is installed from the built wheel (into an empty venv whose share/jupyter the
+lab reads first); a real 2-worker job submitted through the Python API
 appears in the panel live (from the event stream, no reload), reaches Succeeded there, and
 its job view shows both ranks' logs; another job is cancelled from the panel. The panel's
 screenshots go to tmp_path (and docs/images/panel-jobs.png, panel-job.png with
@@ -30,8 +30,6 @@ from .conftest import Lab
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "docs" / "images"
-BUILT = ROOT / "workbench" / "labextension"  # hatch-jupyter-builder's output (git-ignored)
-EXTENSION = "jupyter-gpu-workbench"
 DEMO, SLOW = "panel-demo", "panel-cancel-me"
 
 # Each rank prints, then waits for the test to have seen it Running (the file "go-on").
@@ -44,33 +42,6 @@ while not os.path.exists("go-on"):
     time.sleep(0.1)
 print(f"rank {rank} done", flush=True)
 """
-
-
-def _built_extension() -> Path:
-    """The built labextension, building it (jlpm) when a fresh checkout has none yet."""
-    if not (BUILT / "package.json").exists():
-        bindir = Path(sys.executable).parent
-        env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
-        for args in (["install", "--immutable"], ["build:prod"]):
-            done = subprocess.run(
-                [str(bindir / "jlpm"), *args],
-                cwd=ROOT / "labextension",
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=600,
-                check=False,
-            )
-            assert done.returncode == 0, f"jlpm {args[0]} failed:\n{done.stdout[-3000:]}"
-    return BUILT
-
-
-@pytest.fixture
-def panel_extension(tmp_path: Path) -> Path:
-    """The prebuilt extension in the (test-private) Jupyter data dir the lab will read."""
-    target = tmp_path / "jupyter" / "jupyter_data_dir" / "labextensions" / EXTENSION
-    shutil.copytree(_built_extension(), target)
-    return target
 
 
 @pytest.fixture
