@@ -188,7 +188,11 @@ class KubernetesBackend(Backend):
         workload["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
         if reachable:
             try:
-                limits = _templates(workload)[0]["spec"]["containers"][0]["resources"]["limits"]
+                # The workers' limits (an MPIJob's launcher asks for no GPU share).
+                limits = max((((c.get("resources") or {}).get("limits") or {})
+                              for t in _templates(workload)
+                              for c in (t.get("spec") or {}).get("containers") or []),
+                             key=len, default={})  # fmt: skip
                 capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings,
                                     limits)  # fmt: skip
             except UNREACHABLE as e:
@@ -501,9 +505,11 @@ def _scheduling(workload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _templates(workload: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pod templates of a Job, PyTorchJob or Volcano Job."""
+    """The pod templates of a Job, Kubeflow job or Volcano Job."""
     spec = workload.get("spec") or {}
     if "template" in spec:
         return [spec["template"]]
-    replicas = [*(spec.get("pytorchReplicaSpecs") or {}).values(), *(spec.get("tasks") or [])]
-    return [r["template"] for r in replicas]
+    # Kubeflow's pytorch/tf/mpiReplicaSpecs, or a Volcano Job's tasks
+    groups = [v for k, v in spec.items() if k.endswith("ReplicaSpecs") and isinstance(v, dict)]
+    replicas = [*(r for g in groups for r in g.values()), *(spec.get("tasks") or [])]
+    return [r["template"] for r in replicas if "template" in r]
