@@ -434,3 +434,31 @@ def test_volcano_flavour_needs_a_cluster_that_serves_it(
         m.admit(spec(["python", "x.py"], name="novc"))
     assert e.value.field == "backend_options.flavor" and "Volcano" in str(e.value)
     assert m.backend("kubernetes").capabilities().flavours == ("indexed", "kubeflow")
+
+
+def test_a_rank_deleted_before_it_was_seen_ends_stopped(tmp_path: Path) -> None:
+    """Volcano's TerminateJob can delete rank 0's pod before the watch saw it (rank 1
+    failed at once): the job still ends with both ranks, rank 0 Stopped."""
+    from workbench.backends.kubernetes.tracker import JobSync
+    from workbench.spec import JobRecord, RankState
+    from workbench.store import JobStore
+
+    store = JobStore(tmp_path / "jobs.db")
+    record = JobRecord(name="g", status=JobStatus.PENDING, backend="kubernetes", image="i",
+                       spec={"workers": 2, "command": ["x"]}, details={"namespace": NS})  # fmt: skip
+    with store.adding(record):
+        pass
+    sync = JobSync(store, cluster=None, save_logs=lambda *a: None)  # type: ignore[arg-type]
+    terminated = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {},
+                  "status": {"state": {"phase": "Terminated"}}}  # fmt: skip
+    failed = {"metadata": {"name": "g-worker-1", "annotations": {"volcano.sh/task-index": "1"}},
+              "spec": {"containers": [{"name": "worker"}], "nodeName": "n"},
+              "status": {"phase": "Failed", "containerStatuses": [{"name": "worker", "state": {
+                  "terminated": {"exitCode": 3}}}]}}  # fmt: skip
+    sync.sync("g", terminated, [failed], gone=False, fresh=True)
+    done = store.get("g")
+    assert done is not None and done.status is JobStatus.FAILED
+    assert [(r.rank, r.state) for r in done.ranks] == [
+        (0, RankState.STOPPED),
+        (1, RankState.FAILED),
+    ]
