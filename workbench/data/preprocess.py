@@ -26,6 +26,7 @@ from .urls import open_store, redact
 DASK_HINT = "pip install 'jupyter-gpu-workbench[dask]'"
 CONNECT_TIMEOUT = 30.0  # seconds to reach a scheduler that is up
 CHECK_EVERY = 2.0  # seconds between looks at a cluster job's status while shards run
+SHARD_POLL = 0.05  # seconds between looks for finished shards when none were ready
 
 
 @dataclass
@@ -219,8 +220,7 @@ def _wait(client: Any, futures: list[Any], progress: bool,
           check: Callable[[], Any] | None = None) -> None:  # fmt: skip
     """Wait for every shard (errors included), with a progress bar when asked; ``check``
     runs every CHECK_EVERY seconds (a cluster job's: it raises once the job has ended)."""
-    from distributed import wait
-    from distributed.client import FuturesCancelledError
+    from distributed import as_completed
 
     bar = None
     if progress:
@@ -231,21 +231,12 @@ def _wait(client: Any, futures: list[Any], progress: bool,
         except ImportError:  # progress is a nicety; the work goes on without it
             bar = None
     failed = 0
-    pending = set(futures)
+    done = as_completed(futures)  # O(shards) in all; cancelled futures come out too
     checked = time.monotonic()
     try:
-        while pending:
-            try:
-                finished, pending = wait(
-                    pending, timeout=CHECK_EVERY, return_when="FIRST_COMPLETED"
-                )
-            except TimeoutError:
-                finished = set()
-            except FuturesCancelledError:  # the client lost its scheduler
-                if check is None:
-                    raise
-                return  # the caller asks the job why (its end, not a Dask traceback)
-            for fut in finished:
+        while not done.is_empty():
+            batch = done.next_batch(block=False)
+            for fut in batch:
                 failed += fut.status == "error"
                 if bar is not None:
                     bar.update(1)
@@ -253,6 +244,8 @@ def _wait(client: Any, futures: list[Any], progress: bool,
             if check is not None and time.monotonic() - checked >= CHECK_EVERY:
                 checked = time.monotonic()
                 check()
+            if not batch:
+                time.sleep(SHARD_POLL)
     finally:
         if bar is not None:
             bar.close()

@@ -14,7 +14,9 @@ Two flavours:
 Both give each worker the env of workbench.contract, the same a local job gets, so an
 unmodified ``torchrun`` forms the world from PET_*. Workers other than rank 0 wait in an
 init container until the master's DNS name resolves (the start-up race Kubeflow's own
-init container avoids the same way). Credentials reach pods only through the Secret the
+init container avoids the same way). Object-store outputs are emptyDirs that the main
+container's wrapper (``python -m workbench.data run --upload DST URL -- CMD``) uploads when
+CMD ends, whatever its exit code. Credentials reach pods only through the Secret the
 backend creates from :attr:`RenderedJob.secret`; no manifest in
 :attr:`RenderedJob.manifests` holds a credential.
 """
