@@ -33,8 +33,10 @@ import os, time
 from workbench import run
 rank = os.environ["RANK"]
 for step in range(1, 4):
-    run.log(step=step, loss=1.0 / step)
+    run.log(step=step, total=3, rank=None, loss=1.0 / step + 0.1 * int(rank))
     print(f"rank {rank} step {step}", flush=True)
+    time.sleep(0.05)  # one record per run.log slot
+run.flush()
 while not os.path.exists("go-on"):
     time.sleep(0.1)
 print(f"rank {rank} done", flush=True)
