@@ -256,6 +256,7 @@ class KubernetesBackend(Backend):
         tracker = self._tracker(ns, context)
         if tracker is not None:
             tracker._sync(name, gone=False)  # what the watch saw before the row existed
+        self._context(context)[2].claim_events(name)  # and the scheduler's events then
         return self.get(name)
 
     def _existing(self, cluster: Cluster, ns: str, kind: str, name: str,

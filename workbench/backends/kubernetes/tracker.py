@@ -29,6 +29,8 @@ from .status import JobView, RankView, job_view
 
 log = logging.getLogger(__name__)
 WORKLOAD_FILE = "workload.json"
+UNCLAIMED_PER_JOB = 20  # Warning Events held for a job whose row is not visible yet
+UNCLAIMED_JOBS = 256
 # The copier of lane k8sl also copies when a job ends (its reader then prefers the copies);
 # the minimal reader in podlogs.py reads finished pods directly.
 _COPY_AT_END = (
@@ -53,6 +55,10 @@ class JobSync:
         # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder
         self.save_logs = save_logs
         self.lock = threading.RLock()
+        # Warning Events about a job whose row is not committed yet: launch creates the
+        # workload inside the store transaction, so the scheduler can speak (and the events
+        # watch deliver) before the row is visible. Kept here until claim_events(job).
+        self._unclaimed: dict[str, list[dict[str, Any]]] = {}
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
              gone: bool, fresh: bool = False) -> None:  # fmt: skip
@@ -200,12 +206,26 @@ class JobSync:
         reason, message = event.get("reason") or "Warning", event.get("message") or ""
         with self.lock:
             row = self.store.row(name)
-            if row is None or row["backend"] != BACKEND:
+            if row is None:  # launch has not committed the row yet: claim_events adds it
+                held = self._unclaimed.setdefault(name, [])
+                if len(held) < UNCLAIMED_PER_JOB:
+                    held.append(event)
+                while len(self._unclaimed) > UNCLAIMED_JOBS:  # launches that rolled back
+                    del self._unclaimed[next(iter(self._unclaimed))]
+                return
+            if row["backend"] != BACKEND:
                 return
             if any((e.reason, e.message) == (reason, message)
                    for _, e in self.store.events_since(name)):  # fmt: skip
                 return  # the same event again (a count bump, a re-list)
             self.store.add_event(name, JobEvent(time.time(), reason, message, "warning"))
+
+    def claim_events(self, name: str) -> None:
+        """Record the Warning Events that arrived for ``name`` before its row was committed
+        (launch calls it right after the commit; the lock orders it against the watch)."""
+        with self.lock:
+            for event in self._unclaimed.pop(name, []):
+                self.add_cluster_event(name, event)
 
 
 def row_workers(row: dict[str, Any]) -> int:
