@@ -93,7 +93,9 @@ class FakeCluster:
         shim.write_text(f'#!/bin/sh\ngrep -qxF "$1" {self.dns_file}\n')
         shim.chmod(0o755)
         for node, gpus in (self.nodes or {}).items():
-            res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus)}
+            # CPU and memory grow with the GPUs, as on cloud GPU nodes (a 2-GPU node holds
+            # a gpu.2x worker of the catalogue: the capacity check counts both).
+            res = {"cpu": str(16 + 16 * gpus), "memory": f"{64 + 64 * gpus}Gi", GPU: str(gpus)}
             self.state.create(NODES, None, {"metadata": {"name": node, "labels": {
                 "kubernetes.io/hostname": node}}, "status": {"capacity": res, "allocatable": res}})  # fmt: skip
         self._thread = threading.Thread(target=self._loop, name="fake-cluster", daemon=True)

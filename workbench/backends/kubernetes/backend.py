@@ -168,7 +168,8 @@ class KubernetesBackend(Backend):
         workload["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
         if reachable:
             try:
-                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings)
+                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector,
+                                    warnings, workload=workload, pods=cluster.all_pods())  # fmt: skip
             except UNREACHABLE as e:
                 warnings.append(f"the cluster did not answer ({type(e).__name__}): "
                                 "capacity was not checked")  # fmt: skip
