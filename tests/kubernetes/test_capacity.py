@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
-from tests.kubernetes.test_backend import cluster, kube_env  # noqa: F401  (fixtures)
+from tests.kubernetes import test_backend
 from workbench.backends.kubernetes.capacity import (
     check_gang,
     gang_pods,
@@ -21,6 +21,11 @@ from workbench.errors import SpecError
 from workbench.manager import JobManager
 from workbench.settings import Settings
 from workbench.spec import TrainSpec
+
+# The backend tests' fixtures: a kubeconfig at the fake, the fake cluster, a manager.
+cluster = test_backend.cluster
+kube_env = test_backend.kube_env
+
 
 GPU = "nvidia.com/gpu"
 
