@@ -269,8 +269,10 @@ class NamespaceTracker:
     """The watches of one namespace (pods, Jobs, PyTorchJobs where served, Events) and
     the objects they have seen, by job."""
 
-    def __init__(self, cluster: Cluster, namespace: str, sync: JobSync) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, sync: JobSync,
+                 **watch_options: Any) -> None:  # fmt: skip
         self.cluster, self.namespace, self.syncer = cluster, namespace, sync
+        self.watch_options = watch_options  # NamespaceWatch keywords (timeouts, backoff)
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # job -> pod name -> pod
         self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job/PyTorchJob
@@ -279,16 +281,16 @@ class NamespaceTracker:
 
     def start(self) -> NamespaceTracker:
         """Start the watches (daemon threads)."""
-        api, ns = self.cluster.api, self.namespace
+        api, ns, opts = self.cluster.api, self.namespace, self.watch_options
         self.watches = [
-            watch.jobs(api, ns, self._on_workload, LABEL_JOB),
-            watch.pods(api, ns, self._on_pod, LABEL_JOB),
-            _events_watch(api, ns, self._on_event),
+            watch.jobs(api, ns, self._on_workload, LABEL_JOB, **opts),
+            watch.pods(api, ns, self._on_pod, LABEL_JOB, **opts),
+            _events_watch(api, ns, self._on_event, **opts),
         ]
         with contextlib.suppress(Exception):
             if self.cluster.serves(*KUBEFLOW[:2]):
                 self.watches.append(watch.custom(api, *KUBEFLOW[:2], KUBEFLOW[2], ns,
-                                                 self._on_workload, LABEL_JOB))  # fmt: skip
+                                                 self._on_workload, LABEL_JOB, **opts))  # fmt: skip
         for w in self.watches:
             w.start()
         return self
@@ -365,7 +367,7 @@ def _event_status(obj: dict[str, Any]) -> Any:
 
 
 def _events_watch(
-    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None]
+    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None], **options: Any
 ) -> watch.NamespaceWatch:
     import functools
 
@@ -373,4 +375,4 @@ def _events_watch(
 
     call = functools.partial(client.CoreV1Api(api).list_namespaced_event, ns)
     return watch.NamespaceWatch(call, on_change, None, status_of=_event_status,
-                                name=f"watch-events-{ns}")  # fmt: skip
+                                name=f"watch-events-{ns}", **options)  # fmt: skip
