@@ -105,6 +105,15 @@ class FakeCluster:
         self.dns_file = workdir / "dns-names"
         self.dns_names: set[str] = set()
         self.tf_ports: dict[str, int] = {}  # TF_CONFIG host -> its loopback port
+        # (workbench job, rank) -> text: the first pod of that rank to print a line holding
+        # the text is killed at once (SIGKILL, as the OOM killer does), and only that one.
+        self.fail_once: dict[tuple[str, int], str] = {}
+        self._oom_killed: set[tuple[str, str]] = set()
+
+    def fail_pod_once(self, job: str, rank: int, after: str) -> None:
+        """Kill the first pod of ``job``'s ``rank`` once it prints a line holding ``after``:
+        it ends Failed (exit code 137, OOMKilled), so a gang retry replaces the pods."""
+        self.fail_once[(job, rank)] = after
 
     def start(self) -> FakeCluster:
         """Begin reconciling."""
@@ -116,7 +125,10 @@ class FakeCluster:
         prepare_node(self.workdir)
         for node, gpus in (self.nodes or {}).items():
             extra = self.node_extra.get(node) or {}
-            res = {"cpu": "16", "memory": "64Gi", GPU: str(gpus), **(extra.get("resources") or {})}
+            # CPU and memory grow with the GPUs, as on cloud GPU nodes (a 2-GPU node holds
+            # a gpu.2x worker of the catalogue: the capacity check counts both).
+            res = {"cpu": str(16 + 16 * gpus), "memory": f"{64 + 64 * gpus}Gi", GPU: str(gpus),
+                   **(extra.get("resources") or {})}  # fmt: skip
             labels = {"kubernetes.io/hostname": node, **(extra.get("labels") or {})}
             self.state.create(NODES, None, {"metadata": {"name": node, "labels": labels},
                                             "status": {"capacity": res, "allocatable": res}})  # fmt: skip
@@ -347,7 +359,10 @@ class FakeCluster:
                 ns, name, "Running", startTime=now_rfc3339(), containerStatuses=[running]
             )
             code = self._run_container(pod, main, volumes)
-            self._finish(pod, code, "Completed" if code == 0 else "Error")
+            killed = key in self._oom_killed
+            self._finish(
+                pod, code, "Completed" if code == 0 else "OOMKilled" if killed else "Error"
+            )
         except ApiError:
             pass  # the pod was deleted meanwhile
         finally:
@@ -403,8 +418,15 @@ class FakeCluster:
         if not self._alive((ns, name)):  # deleted while it started: _terminate saw no process
             _kill(proc, 0)
         assert proc.stdout is not None
+        fail = _rank_key(pod) if main else None
         for line in iter(proc.stdout.readline, b""):
             self.state.append_log(ns, name, line, container=container["name"])
+            after = self.fail_once.get(fail) if fail else None
+            if after is not None and after.encode() in line:
+                del self.fail_once[fail]  # type: ignore[arg-type]
+                self._oom_killed.add((ns, name))
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
         code = proc.wait()
         if main:
             registered.unlink(missing_ok=True)
@@ -458,6 +480,23 @@ def _kill(proc: subprocess.Popen[bytes], grace: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(5)
+
+
+def _rank_key(pod: dict[str, Any]) -> tuple[str, int] | None:
+    """(workbench job, rank) of a pod: its completion index, or Master 0 / Worker i+1."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    job = labels.get("workbench.io/job")
+    index = (meta.get("annotations") or {}).get(INDEX)
+    if job is None:
+        return None
+    if index is not None:
+        return job, int(index)
+    kind, i = labels.get("training.kubeflow.org/replica-type"), labels.get(
+        "training.kubeflow.org/replica-index")  # fmt: skip
+    if kind is None or i is None:
+        return None
+    return job, int(i) + (0 if kind.lower() == "master" else 1)
 
 
 def _gpus(pod: dict[str, Any]) -> int:

@@ -213,11 +213,35 @@ def test_launch_creates_owned_objects_and_is_idempotent(
 
 
 def test_unschedulable_job_shows_the_event_and_stays_pending(
-    jobs: JobManager, kube_fake: FakeKubeAPIServer
+    jobs: JobManager, kube_fake: FakeKubeAPIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The scheduler's event reaches the job even when it comes before launch commits the
+    job's row. That order (the flake under load: the event was dropped for want of a row)
+    is forced here: launch waits, after creating the Job, until the running events watch
+    has delivered the FailedScheduling event."""
+    from workbench.backends.kubernetes.cluster import Cluster
+
     jobs.submit(spec(["python", "sleeper.py"], name="hog", gpus=2, workers=2))
     wait_for(lambda: len([r for r in jobs.get("hog").ranks if r.state is RankState.RUNNING]) == 2,
              timeout=60, what="hog running")  # fmt: skip
+    (tracker,) = jobs.backend("kubernetes")._trackers.values()  # type: ignore[attr-defined]
+    (events_watch,) = [w for w in tracker.watches if w._name.startswith("watch-events")]
+
+    def scheduler_spoke() -> bool:
+        found = [int(e["metadata"]["resourceVersion"])
+                 for e in kube_fake.state.list(("", "v1", "events"), NS)[0]
+                 if e["reason"] == "FailedScheduling"
+                 and e["involvedObject"]["name"].startswith("starved-")]  # fmt: skip
+        return bool(found) and int(events_watch.resource_version or 0) >= max(found)
+
+    own = Cluster.own
+
+    def own_after_the_event(self: Cluster, ns: str, kind: str, name: str, owner: dict) -> None:  # type: ignore[type-arg]
+        if owner["metadata"]["name"] == "starved":  # the Job exists, the row is not committed
+            wait_for(scheduler_spoke, timeout=30, what="the event delivered before the commit")
+        own(self, ns, kind, name, owner)
+
+    monkeypatch.setattr(Cluster, "own", own_after_the_event)
     jobs.submit(spec(["python", "sleeper.py"], name="starved", gpus=1, workers=1))
     t0 = time.monotonic()
     try:

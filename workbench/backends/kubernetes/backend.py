@@ -30,7 +30,7 @@ from ...store import JobStore
 from .._jobfiles import JobFiles
 from ..base import Backend, Capabilities, NodeInfo, new_job_name
 from . import capacity
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, workload_kind
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, owner_ref, workload_kind
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
 from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
 from .podlogs import PodLogs
@@ -188,13 +188,9 @@ class KubernetesBackend(Backend):
         workload["metadata"].setdefault("annotations", {})[SPEC_HASH] = digest
         if reachable:
             try:
-                # The workers' limits (an MPIJob's launcher asks for no GPU share).
-                limits = max((((c.get("resources") or {}).get("limits") or {})
-                              for t in _templates(workload)
-                              for c in (t.get("spec") or {}).get("containers") or []),
-                             key=len, default={})  # fmt: skip
-                capacity.check_gang(cluster.nodes(), spec, cluster_options.node_selector, warnings,
-                                    limits)  # fmt: skip
+                nodes, pods = cluster.capacity_snapshot()
+                capacity.check_gang(nodes, spec, cluster_options.node_selector, warnings,
+                                    workload=workload, pods=pods)  # fmt: skip
             except UNREACHABLE as e:
                 warnings.append(f"the cluster did not answer ({type(e).__name__}): "
                                 "capacity was not checked")  # fmt: skip
@@ -231,9 +227,8 @@ class KubernetesBackend(Backend):
         if context == self.kube.context:
             context = None
         cluster = self._context(context)[0]
-        ns, name = rendered.namespace, rendered.name
-        kind = workload_kind(rendered.manifests[-1])
-        existing = self._existing(cluster, ns, kind, name, digest)
+        ns, name, kind = rendered.namespace, rendered.name, workload_kind(rendered.manifests[-1])
+        existing = self._existing(name, digest)
         if existing is not None:
             return existing
         spec = plan.spec
@@ -260,16 +255,22 @@ class KubernetesBackend(Backend):
                 files.write_spec(spec.redacted())
                 files.write_secrets(spec.secrets())  # for rerun: 0600, never on the cluster's side
                 (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
+                # The Secret first (the pods read it); then the workload; then the Service,
+                # owned by the workload from birth (workers wait for the master's DNS name,
+                # so the Service may follow the pods). One request per object, plus one
+                # to hand the Secret to the workload.
                 if rendered.secret is not None:
                     cluster.create(ns, rendered.secret)
                     created.append(("Secret", rendered.secret["metadata"]["name"]))
-                for obj in rendered.manifests[:-1]:
-                    cluster.create(ns, obj)
-                    created.append((obj["kind"], obj["metadata"]["name"]))
-                workload = cluster.create(ns, rendered.manifests[-1])
+                workload = self._create_workload(cluster, ns, rendered.manifests[-1], digest)
                 created.append((kind, name))
-                for k, n in created[:-1]:  # they go with the workload
-                    cluster.own(ns, k, n, workload)
+                for obj in rendered.manifests[:-1]:
+                    owned = {**obj, "metadata": {**obj["metadata"],
+                                                 "ownerReferences": [owner_ref(workload)]}}  # fmt: skip
+                    cluster.create(ns, owned)
+                    created.append((obj["kind"], obj["metadata"]["name"]))
+                if rendered.secret is not None:  # it goes with the workload
+                    cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
         except BaseException as e:
             for k, n in reversed(created):
                 cluster.delete_quietly(ns, k, n)
@@ -284,29 +285,40 @@ class KubernetesBackend(Backend):
         tracker = self._tracker(ns, context)
         if tracker is not None:
             tracker._sync(name, gone=False)  # what the watch saw before the row existed
+        self._context(context)[2].claim_events(name)  # and the scheduler's events then
         return self.get(name)
 
-    def _existing(self, cluster: Cluster, ns: str, kind: str, name: str,
-                  digest: str) -> JobRecord | None:  # fmt: skip
-        """The job already submitted under ``name`` with this spec, or None; SpecError when
-        the name is taken by another spec."""
-        conflict = SpecError("name", f"a job named {name!r} already exists with another spec",
-                             f"pick another --name, or `workbench delete {name}` first")  # fmt: skip
+    def _existing(self, name: str, digest: str) -> JobRecord | None:
+        """The job this store already holds under ``name`` with this spec, or None;
+        SpecError when the name is taken by another spec. (A job of the same name made
+        elsewhere shows as a 409 when the workload is created: _create_workload.)"""
         row = self.store.row(name)
-        if row is not None:
-            if row["backend"] == self.name and row["details"].get("spec_hash") == digest:
-                return self.get(name)
-            raise conflict
+        if row is None:
+            return None
+        if row["backend"] == self.name and row["details"].get("spec_hash") == digest:
+            return self.get(name)
+        raise SpecError("name", f"a job named {name!r} already exists with another spec",
+                        f"pick another --name, or `workbench delete {name}` first")  # fmt: skip
+
+    def _create_workload(self, cluster: Cluster, ns: str, body: dict[str, Any],
+                         digest: str) -> dict[str, Any]:  # fmt: skip
+        """Create the workload; on a 409 say whose it is (no read before the create: a
+        name taken on the cluster is rare, a request per submit is not)."""
+        kind, name = workload_kind(body), body["metadata"]["name"]
         try:
-            found = cluster.workload(ns, kind, name)
-        except UNREACHABLE as e:
-            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
-        if found is not None:  # made by another workbench home, or left after a delete
-            if (found["metadata"].get("annotations") or {}).get(SPEC_HASH) == digest:
+            return cluster.create(ns, body)
+        except SpecError:
+            try:
+                found = cluster.workload(ns, kind, name)
+            except UNREACHABLE as e:
+                raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+            if found is not None and (
+                (found["metadata"].get("annotations") or {}).get(SPEC_HASH) == digest
+            ):
                 raise SpecError("name", f"{kind} {name} already runs in namespace {ns} "
-                                "(submitted from another workbench)", "pick another --name")  # fmt: skip
-            raise conflict
-        return None
+                                "(submitted from another workbench)", "pick another --name") from None  # fmt: skip
+            raise SpecError("name", f"a job named {name!r} already exists with another spec",
+                            f"pick another --name, or `workbench delete {name}` first") from None  # fmt: skip
 
     def master_address(self, name: str) -> tuple[str, int]:
         """Where rank 0 of job ``name`` listens: its cluster DNS name (what MASTER_ADDR

@@ -304,6 +304,7 @@ def rank_logs(
     poll: float = 0.5,
     world: int | None = None,
     saved: dict[int, Path] | None = None,
+    announce: Callable[[int, str], str | None] | None = None,
 ) -> Iterator[str]:
     """One rank's lines, or every rank's (``rank=None``) merged, each ``rank_prefixed``.
 
@@ -311,14 +312,16 @@ def rank_logs(
     every-rank follow start before the pods exist. ``saved`` names files holding a rank's
     earlier attempts (a gang retry's copies): their lines come first. Following one rank waits for its
     pod to appear (until ``finished()`` or ``stop``), and moves on to a new pod for the rank
-    (a retry) when the one it followed ends. Every rank: one reader thread per rank feeds
+    (a retry) when the one it followed ends; ``announce(rank, pod)`` may give a line to
+    show before each pod's lines (a gang retry's attempt marker). Every rank: one reader thread per rank feeds
     a bounded queue, so a slow consumer holds the readers back instead of growing memory.
     """
     stop = stop or threading.Event()
     if rank is not None:
         record = _for_rank(on_record, rank)
         yield from _one_rank(core_api, namespace, pods_by_rank, rank, follow, tail, stop,
-                             record, container, finished, poll, saved.get(rank) if saved else None)  # fmt: skip
+                             record, container, finished, poll, saved.get(rank) if saved else None,
+                             announce)  # fmt: skip
         return
     pods = pods_by_rank()
     ranks = list(range(world)) if world is not None else sorted(pods)
@@ -336,7 +339,7 @@ def rank_logs(
         try:
             for line in _one_rank(core_api, namespace, pods_by_rank, r, True, tail, inner,
                                   _for_rank(on_record, r), container, finished, poll,
-                                  (saved or {}).get(r)):  # fmt: skip
+                                  (saved or {}).get(r), announce):  # fmt: skip
                 while not inner.is_set():
                     try:
                         q.put((r, line), timeout=0.2)
@@ -392,7 +395,8 @@ def _for_rank(on_record: Callable[[int, dict[str, Any]], None] | None, rank: int
 def _one_rank(core_api: Any, namespace: str, pods_by_rank: Callable[[], dict[int, str]],
               rank: int, follow: bool, tail: int | None, stop: threading.Event,
               on_record: OnRecord, container: str | None, finished: Callable[[], bool] | None,
-              poll: float, saved: Path | None = None) -> Iterator[str]:  # fmt: skip
+              poll: float, saved: Path | None = None,
+              announce: Callable[[int, str], str | None] | None = None) -> Iterator[str]:  # fmt: skip
     pod = pods_by_rank().get(rank)
     earlier = _saved_lines(saved, tail, stop)
     if not follow:
@@ -412,6 +416,10 @@ def _one_rank(core_api: Any, namespace: str, pods_by_rank: Callable[[], dict[int
             stop.wait(poll)
             pod = pods_by_rank().get(rank)
             continue
+        if announce is not None:  # e.g. the attempt marker before a gang retry's pod
+            marker = announce(rank, pod)
+            if marker is not None:
+                yield marker
         yield from pod_lines(core_api, namespace, pod, True, tail, stop,
                              on_record=on_record, container=container)  # fmt: skip
         done.add(pod)

@@ -163,11 +163,28 @@ class PodLogs:
               tail: int | None, stop: threading.Event | None) -> Iterator[str]:  # fmt: skip
         """One rank, or every rank merged (each line prefixed with its rank)."""
         if _logcopy is not None and record.job_dir:
+            copier = _logcopy.LogCopier(self.cluster.core, record.details["namespace"],
+                                        Path(record.job_dir))  # fmt: skip
+            # The last attempt each rank has shown: what its copy holds, before any live pod.
+            shown = {r: copier.copied_attempt(r) for r in range(record.workers)}
+
+            def current() -> dict[int, str]:
+                # A gang retry re-creates the workload under a new uid: read the record
+                # again, so a follower moves on to the new attempt's pods.
+                return self.pods_by_rank(backend.get(record.name))
+
+            def announce(r: int, pod: str) -> str | None:
+                attempt, before = backend.get(record.name).attempt, shown.get(r, 0)
+                shown[r] = max(attempt, before)
+                if attempt <= max(1, before):
+                    return None  # the first attempt, or the same one (one pod replaced)
+                return f"[workbench] ---- attempt {attempt} ----"  # as the copy will hold it
+
             yield from _logcopy.job_logs(
                 self.cluster.core, record.details["namespace"], Path(record.job_dir),
-                lambda: self.pods_by_rank(record), rank, follow, tail, stop,
+                current, rank, follow, tail, stop,
                 attempt=record.attempt, world=record.workers,
-                finished=lambda: backend.get(record.name).status.terminal,
+                finished=lambda: backend.get(record.name).status.terminal, announce=announce,
             )  # fmt: skip
             return
         if rank is not None:

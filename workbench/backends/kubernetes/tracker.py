@@ -31,6 +31,8 @@ from .volcano import PODGROUPS
 
 log = logging.getLogger(__name__)
 WORKLOAD_FILE = "workload.json"
+UNCLAIMED_PER_JOB = 20  # Warning Events held for a job whose row is not visible yet
+UNCLAIMED_JOBS = 256
 # The copier of lane k8sl also copies when a job ends (its reader then prefers the copies);
 # the minimal reader in podlogs.py reads finished pods directly.
 _COPY_AT_END = (
@@ -55,6 +57,10 @@ class JobSync:
         # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder
         self.save_logs = save_logs
         self.lock = threading.RLock()
+        # Warning Events about a job whose row is not committed yet: launch creates the
+        # workload inside the store transaction, so the scheduler can speak (and the events
+        # watch deliver) before the row is visible. Kept here until claim_events(job).
+        self._unclaimed: dict[str, list[dict[str, Any]]] = {}
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
              gone: bool, fresh: bool = False, podgroup: dict[str, Any] | None = None) -> None:  # fmt: skip
@@ -231,12 +237,26 @@ class JobSync:
             return  # Volcano's restatement of the PodGroup's condition: sync() writes that
         with self.lock:
             row = self.store.row(name)
-            if row is None or row["backend"] != BACKEND:
+            if row is None:  # launch has not committed the row yet: claim_events adds it
+                held = self._unclaimed.setdefault(name, [])
+                if len(held) < UNCLAIMED_PER_JOB:
+                    held.append(event)
+                while len(self._unclaimed) > UNCLAIMED_JOBS:  # launches that rolled back
+                    del self._unclaimed[next(iter(self._unclaimed))]
+                return
+            if row["backend"] != BACKEND:
                 return
             if any((e.reason, e.message) == (reason, message)
                    for _, e in self.store.events_since(name)):  # fmt: skip
                 return  # the same event again (a count bump, a re-list)
             self.store.add_event(name, JobEvent(time.time(), reason, message, "warning"))
+
+    def claim_events(self, name: str) -> None:
+        """Record the Warning Events that arrived for ``name`` before its row was committed
+        (launch calls it right after the commit; the lock orders it against the watch)."""
+        with self.lock:
+            for event in self._unclaimed.pop(name, []):
+                self.add_cluster_event(name, event)
 
 
 def row_workers(row: dict[str, Any]) -> int:
@@ -284,8 +304,10 @@ class NamespaceTracker:
     """The watches of one namespace (pods, Jobs, Kubeflow jobs where served, Events) and
     the objects they have seen, by job."""
 
-    def __init__(self, cluster: Cluster, namespace: str, sync: JobSync) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, sync: JobSync,
+                 **watch_options: Any) -> None:  # fmt: skip
         self.cluster, self.namespace, self.syncer = cluster, namespace, sync
+        self.watch_options = watch_options  # NamespaceWatch keywords (timeouts, backoff)
         self.lock = threading.Lock()
         self.pods: dict[str, dict[str, dict[str, Any]]] = {}  # job -> pod name -> pod
         self.workloads: dict[str, dict[str, Any]] = {}  # job -> Job, Kubeflow job or Volcano Job
@@ -295,24 +317,24 @@ class NamespaceTracker:
 
     def start(self) -> NamespaceTracker:
         """Start the watches (daemon threads)."""
-        api, ns = self.cluster.api, self.namespace
+        api, ns, opts = self.cluster.api, self.namespace, self.watch_options
         self.watches = [
-            watch.jobs(api, ns, self._on_workload, LABEL_JOB),
-            watch.pods(api, ns, self._on_pod, LABEL_JOB),
-            _events_watch(api, ns, self._on_event),
+            watch.jobs(api, ns, self._on_workload, LABEL_JOB, **opts),
+            watch.pods(api, ns, self._on_pod, LABEL_JOB, **opts),
+            _events_watch(api, ns, self._on_event, **opts),
         ]
         with contextlib.suppress(Exception):
             if self.cluster.serves(*KUBEFLOW[:2]):
                 for plural in PLURALS.values():
                     self.watches.append(watch.custom(api, *KUBEFLOW[:2], plural, ns,
-                                                     self._on_workload, LABEL_JOB))  # fmt: skip
+                                                     self._on_workload, LABEL_JOB, **opts))  # fmt: skip
         with contextlib.suppress(Exception):
             if self.cluster.serves(*VOLCANO[:2]):
                 self.watches.append(watch.custom(api, *VOLCANO[:2], VOLCANO[2], ns,
-                                                 self._on_workload, LABEL_JOB))  # fmt: skip
+                                                 self._on_workload, LABEL_JOB, **opts))  # fmt: skip
                 # PodGroups carry their Job's labels (the controller copies them).
                 self.watches.append(watch.custom(api, *PODGROUPS[:2], PODGROUPS[2], ns,
-                                                 self._on_podgroup, LABEL_JOB))  # fmt: skip
+                                                 self._on_podgroup, LABEL_JOB, **opts))  # fmt: skip
         for w in self.watches:
             w.start()
         return self
@@ -402,7 +424,7 @@ def _event_status(obj: dict[str, Any]) -> Any:
 
 
 def _events_watch(
-    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None]
+    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None], **options: Any
 ) -> watch.NamespaceWatch:
     import functools
 
@@ -410,4 +432,4 @@ def _events_watch(
 
     call = functools.partial(client.CoreV1Api(api).list_namespaced_event, ns)
     return watch.NamespaceWatch(call, on_change, None, status_of=_event_status,
-                                name=f"watch-events-{ns}")  # fmt: skip
+                                name=f"watch-events-{ns}", **options)  # fmt: skip

@@ -1,0 +1,174 @@
+"""Operations on the Kubernetes backend against the fake cluster: a log follower that
+rides out a gang restart, and cluster jobs on every surface as local jobs show them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.kube_kubelet import FakeCluster
+from tests.kubernetes import test_backend
+from workbench.cli import main as cli_main
+from workbench.manager import JobManager
+from workbench.settings import Settings
+from workbench.spec import JobStatus, TrainSpec
+
+# The backend tests' fixtures: a kubeconfig at the fake, the fake cluster, a manager.
+cluster = test_backend.cluster
+jobs = test_backend.jobs
+kube_env = test_backend.kube_env
+spec = test_backend.spec
+jp_server_config = test_backend.jp_server_config
+
+
+MARK = "[workbench] ---- attempt 2 ----"
+LINES = [f"rank 0 line {i}" for i in range(4)]
+
+
+def test_follow_continues_across_a_gang_restart(jobs: JobManager, cluster: FakeCluster) -> None:
+    """The kubelet kills rank 0's first pod after its second line; the gang is retried
+    (new workload, new pods) and one ``logs(follow=True)`` shows attempt 1, the attempt
+    marker, then attempt 2 to its end, as the copy saved in the job folder holds them."""
+    cluster.fail_pod_once("phoenix", 0, after="rank 0 line 1")
+    jobs.submit(spec(["python", "rank_lines.py"], name="phoenix", workers=1, max_retries=1,
+                     env={"LINES": "4", "GAP": "0.3"}))  # fmt: skip
+    followed: list[str] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        followed.extend(jobs.logs("phoenix", rank=0, follow=True))
+        done.set()
+
+    threading.Thread(target=follow, daemon=True).start()
+    final = jobs.wait("phoenix", timeout=90)
+    assert final.status is JobStatus.SUCCEEDED and final.attempt == 2
+    assert done.wait(30), f"the follower did not end: {followed}"
+    assert MARK in followed, followed
+    first, second = followed[: followed.index(MARK)], followed[followed.index(MARK) + 1 :]
+    assert first == LINES[: len(first)] and len(first) >= 2, followed  # killed after line 1
+    assert second == LINES, followed
+    assert list(jobs.logs("phoenix", rank=0)) == followed  # the same as the saved copy
+    events = [e.reason for e in final.events]
+    assert "Restarting" in events and "RankFailed" in events
+    copy = Path(final.job_dir or "") / "logs" / "rank-0.log"
+    assert copy.read_text().splitlines() == followed
+
+
+# ---- surfaces ---------------------------------------------------------------------------------
+GATED = ("import os, pathlib, time\n"
+         "gate = pathlib.Path(os.environ['GATE'])\n"
+         "while not gate.exists():\n    time.sleep(0.05)\n"
+         "r = os.environ['WORKBENCH_RANK']\n"
+         "print(f'rank {r} line 0', flush=True)\nprint(f'rank {r} line 1', flush=True)\n")  # fmt: skip
+RECORD_KEYS = ("name", "status", "backend", "ranks", "events", "created_at", "started_at",
+               "finished_at", "spec", "image", "attempt", "details")  # fmt: skip
+
+
+def _shape(record: dict[str, Any]) -> dict[str, Any]:
+    """What a surface shows the same for a local and a cluster job."""
+    return {"status": record["status"], "workers": len(record["ranks"]),
+            "ranks": [(r["rank"], r["state"], r["exit_code"]) for r in record["ranks"]],
+            "keys": sorted(k for k in RECORD_KEYS if record.get(k) is not None),
+            "rank_keys": sorted(record["ranks"][0])}  # fmt: skip
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """``workbench ARGV`` in this process (the CLI's main): its stdout."""
+    capsys.readouterr()
+    assert cli_main(list(argv)) == 0
+    return capsys.readouterr().out
+
+
+async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
+    jp_fetch: Any,
+    jp_server_config: Any,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same 2-rank job, once local and once on the fake cluster: the job widget,
+    %gpu_jobs, `workbench list/get/logs/top` and GET /workbench/api/jobs/NAME show both
+    alike (fields, ranks, logs), while running and when done."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from tests.server.conftest import validate_response
+    from workbench.api import Job
+    from workbench.widgets.job import JobWidget
+
+    m = JobManager(Settings.load())
+    gate = tmp_path / "gate"
+    for name, backend in (("here", "local"), ("there", "kubernetes")):
+        m.submit(TrainSpec.from_dict({"name": name, "backend": backend, "workers": 2,
+                                      "command": ["python", "-c", GATED],
+                                      "env": {"GATE": str(gate)}}))  # fmt: skip
+    deadline = time.monotonic() + 90
+    while {r.status for r in m.list()} != {JobStatus.RUNNING} or any(
+        rank.state.value != "Running" for r in m.list() for rank in r.ranks
+    ):
+        assert time.monotonic() < deadline, [(r.name, r.status) for r in m.list()]
+        await asyncio.sleep(0.1)
+    # While running: `top job` lists both; `top` shows the cluster's nodes holding its pods.
+    active = {r["name"]: r for r in json.loads(_cli(capsys, "top", "job", "-o", "json"))}
+    assert sorted(active) == ["here", "there"]
+    assert _shape(active["here"]) == _shape(active["there"])
+    here = json.loads(_cli(capsys, "top", "-o", "json"))  # the default backend's nodes
+    monkeypatch.setenv("WORKBENCH_BACKEND", "kubernetes")  # `top` on a cluster
+    nodes = json.loads(_cli(capsys, "top", "-o", "json"))
+    monkeypatch.delenv("WORKBENCH_BACKEND")
+    on_cluster = [j["name"] for n in nodes for j in n["active_jobs"]]
+    assert {n["backend"] for n in nodes} == {"kubernetes"} and on_cluster == ["there"]
+    assert [n["backend"] for n in here] == ["local"] and sorted(here[0]) == sorted(nodes[0])
+    gate.touch()
+    deadline = time.monotonic() + 90
+    while {r.status for r in m.list()} != {JobStatus.SUCCEEDED}:
+        assert time.monotonic() < deadline, [(r.name, r.status) for r in m.list()]
+        await asyncio.sleep(0.1)
+
+    # the REST API
+    got = {}
+    for name in ("here", "there"):
+        r = await jp_fetch("workbench", "api", "jobs", name)
+        validate_response(("workbench", "api", "jobs", name), "GET", r)
+        got[name] = json.loads(r.body)
+        logs = await jp_fetch("workbench", "api", "jobs", name, "logs", params={"rank": 1})
+        assert logs.body.decode().splitlines() == ["rank 1 line 0", "rank 1 line 1"]
+    assert _shape(got["here"]) == _shape(got["there"])
+    assert got["there"]["backend"] == "kubernetes" and got["here"]["backend"] == "local"
+    # the CLI
+    table = _cli(capsys, "list").splitlines()
+    rows = {line.split()[0]: line.split() for line in table[1:] if line.strip()}
+    assert len(rows["here"]) == len(rows["there"]) and "Succeeded" in rows["there"]
+    for name in ("here", "there"):
+        assert _shape(json.loads(_cli(capsys, "get", name, "-o", "json"))) == _shape(got["here"])
+        assert _cli(capsys, "logs", name, "--all").splitlines() == [
+            "[rank 0] rank 0 line 0", "[rank 0] rank 0 line 1",
+            "[rank 1] rank 1 line 0", "[rank 1] rank 1 line 1"]  # fmt: skip
+    # %gpu_jobs
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    capsys.readouterr()
+    shell.run_line_magic("gpu_jobs", "")
+    magic = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]
+             if line.strip()}  # fmt: skip
+    assert len(magic["here"]) == len(magic["there"]) == len(rows["there"])  # same columns
+    assert magic["there"][:2] == rows["there"][:2] == ["there", "Succeeded"]
+    # the job widget
+    views = {}
+    for name in ("here", "there"):
+        wdg = JobWidget(Job(name, m))
+        try:
+            status = str(wdg.status.get_state()["value"])
+            views[name] = (re.findall(r'data-status="(\w+)"', status)[:1],
+                           re.findall(r'<tr data-rank="(\d+)"', status),
+                           re.sub(r"<[^>]+>", " ", str(wdg.logs.get_state()["value"])).split())  # fmt: skip
+        finally:
+            wdg.close()
+    assert views["here"] == views["there"] == (["Succeeded"], ["0", "1"], views["here"][2])
+    assert "line" in views["there"][2]
