@@ -43,6 +43,7 @@ from typing import Any
 from . import contract
 from ._spec_limits import read_spec_file, show
 from .errors import SpecError
+from .redaction import REDACTED
 from .spec import RESERVED_ENV, JobRecord, TrainSpec
 
 API_VERSION = "kubeflow.org/v1"
@@ -476,6 +477,9 @@ def export_yaml(record: JobRecord, kind: str, catalog: Any, kube_section: Mappin
     spec.backend_options = {}
     spec.runtime = "auto"
     spec.validate(catalog)
+    # The store keeps credentials masked; a stand-in that still reads as a credential makes
+    # the renderer reference the Secret for it (whose values are masked when shown).
+    spec.env = {k: "redacted-by-workbench" if v == REDACTED else v for k, v in spec.env.items()}
     options = ClusterOptions(namespace=str((kube_section or {}).get("namespace") or "default"))
     offer = catalog.spec(spec.instance_spec or "")
     return render_as(spec, offer, spec.image_ref(catalog), options, kind).to_yaml()
