@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .backends.gpu_queue import priority_value
 from .spec import JobRecord, JobStatus
 from .tables import format_duration, table
 
@@ -51,18 +52,6 @@ class QueueEntry:
         }
 
 
-def priority_value(record: JobRecord) -> int:
-    """The number that orders ``record`` in the queue: the backend's (a cluster knows its
-    PriorityClass values), else the spec's priority when it is a number, else 0."""
-    known = record.details.get("priority_value")
-    if isinstance(known, int) and not isinstance(known, bool):
-        return known
-    raw = record.spec.get("priority")
-    if isinstance(raw, str) and raw.lstrip("-").isdigit():
-        return int(raw)
-    return 0
-
-
 def queue_entries(records: Iterable[JobRecord]) -> list[QueueEntry]:
     """The Pending jobs of ``records`` in the order they are served: higher priority first,
     then the older first (first come, first served)."""
@@ -71,7 +60,7 @@ def queue_entries(records: Iterable[JobRecord]) -> list[QueueEntry]:
             name=r.name,
             backend=r.backend,
             priority=r.details.get("priority_class") or r.spec.get("priority"),
-            priority_value=priority_value(r),
+            priority_value=priority_value(r.spec.get("priority"), r.details),
             queue=r.details.get("queue") or r.spec.get("queue"),
             created_at=r.created_at,
             reason=r.reason,
@@ -82,6 +71,7 @@ def queue_entries(records: Iterable[JobRecord]) -> list[QueueEntry]:
         for r in records
         if r.status is JobStatus.PENDING
     ]
+    # the order the local backend serves its GPU queue in (backends.gpu_queue)
     return sorted(entries, key=lambda e: (-e.priority_value, e.created_at, e.name))
 
 
