@@ -252,14 +252,18 @@ class Supervisor:
         capacity = [g.index for g in gpu_inventory()]
         announced = False
         while True:
-            with self._placement_lock():
-                rows = self.store.active_rows(backend="local")  # this host's GPUs
-                # the one decision for the host: waiting jobs in queue order (gpu_queue)
-                alloc = gpu_queue.decide(rows, capacity).get(self.name)
-                if alloc is not None:
-                    self.gpu_alloc = alloc
-                    self.store.update(self.name, details={"gpu_alloc": alloc}, message="")
-                    return
+            # The one decision for the host (waiting jobs in queue order, gpu_queue), first
+            # read without the lock: with hundreds waiting, each taking the lock to learn it
+            # is not its turn made a convoy that held up the one whose turn it was.
+            rows = self.store.active_rows(backend="local")  # this host's GPUs
+            if self.name in gpu_queue.decide(rows, capacity):
+                with self._placement_lock():
+                    rows = self.store.active_rows(backend="local")
+                    alloc = gpu_queue.decide(rows, capacity).get(self.name)
+                    if alloc is not None:
+                        self.gpu_alloc = alloc
+                        self.store.update(self.name, details={"gpu_alloc": alloc}, message="")
+                        return
             if not announced:
                 used = _placement.usage(
                     [
@@ -279,7 +283,7 @@ class Supervisor:
                 announced = True
             # A supervisor that frees GPUs wakes the chosen ones (SIGUSR1); the poll is the
             # fallback for one that died without doing so.
-            self._sleep(1.0)
+            self._sleep(gpu_queue.POLL_SECONDS)
 
     def wake_queue(self) -> None:
         """After this job gave its GPUs back (or left the queue): start whoever is next."""

@@ -5,9 +5,9 @@ One decision for the whole host, made under the placement lock from the store's 
 waiting jobs, in queue order, each take the GPUs it fits into (first fit), so a job behind
 never takes what one ahead of it can use, and a small job may start while a big one ahead
 waits for more GPUs than are free. A supervisor waiting for GPUs takes its share only when
-the decision names it; a supervisor that gives GPUs back makes the decision and wakes (with
-SIGUSR1) exactly the supervisors it names, so the next job starts within milliseconds, not
-at its next poll.
+the decision names it (read without the lock; confirmed under it); a supervisor that gives
+GPUs back makes the decision and wakes (with SIGUSR1) exactly the supervisors it names, so
+the next job starts at once, not at its next poll (every POLL_SECONDS, the fallback).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from ..spec import JobStatus
 from . import _placement
 
 WAKE_SIGNAL = signal.SIGUSR1
+# How often a waiting supervisor checks on its own: only the fallback for a holder that died
+# without waking anyone (and for a cancel flag set without a signal).
+POLL_SECONDS = 3.0
 
 
 def priority_value(priority: Any, details: Mapping[str, Any]) -> int:
