@@ -216,3 +216,26 @@ def test_the_cli_refuses_in_one_line_and_creates_nothing(
     assert main(["submit", "-f", str(SIMPLE), "--image-map", "nonsense"]) == 2
     assert "image_map" in capsys.readouterr().err
     assert manager.list() == []
+
+
+def test_on_the_kubernetes_backend_a_manifest_stays_its_kind_in_its_namespace(
+    manager: JobManager,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "none"))  # no cluster: a dry run only
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert main(["submit", "-f", str(SIMPLE), "--backend", "kubernetes", "--dry-run"]) == 0
+    (job,) = [o for o in yaml.safe_load_all(capsys.readouterr().out) if o]
+    assert (job["kind"], job["metadata"]["namespace"]) == ("PyTorchJob", "kubeflow")
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert {k: r["replicas"] for k, r in replicas.items()} == {"Master": 1, "Worker": 1}
+    (main_container,) = replicas["Master"]["template"]["spec"]["containers"]
+    assert main_container["image"] == "docker.io/kubeflowkatib/pytorch-mnist:v1beta1-45c5727"
+    assert main_container["command"][-3:] == [
+        "python3",
+        "/opt/pytorch-mnist/mnist.py",
+        "--epochs=1",
+    ]
+    assert manager.list() == []
