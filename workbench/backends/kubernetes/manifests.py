@@ -36,14 +36,6 @@ from ...redaction import REDACTED, redact_url, userinfo_credentials
 from ...spec import Mount, TrainSpec
 
 FLAVORS = ("indexed", "kubeflow")
-# `workbench export --as KIND`: kind -> (flavour, framework; None keeps the spec's own).
-KINDS: dict[str, tuple[str, str | None]] = {
-    "indexed": ("indexed", None),
-    "pytorchjob": ("kubeflow", "pytorch"),
-    "tfjob": ("kubeflow", "tensorflow"),
-    "mpijob": ("kubeflow", "mpi"),
-    "volcano": ("volcano", None),
-}
 LABEL_JOB = "workbench.io/job"
 LABEL_FLAVOR = "workbench.io/flavor"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
@@ -177,6 +169,16 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
             "stringData": dict(builder.secret_data),
         }
     return RenderedJob(spec.name, flavor, options.namespace, manifests, secret)
+
+
+# `workbench export --as KIND`: kind -> (flavour, framework; None keeps the spec's own).
+KINDS: dict[str, tuple[str, str | None]] = {
+    "indexed": ("indexed", None),
+    "pytorchjob": ("kubeflow", "pytorch"),
+    "tfjob": ("kubeflow", "tensorflow"),
+    "mpijob": ("kubeflow", "mpi"),
+    "volcano": ("volcano", None),
+}
 
 
 def render_as(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOptions,
