@@ -53,6 +53,9 @@ def main() -> None:
         PYTHONPATH=os.pathsep.join([str(FAKE_PKG), args.code]),
     )
     sys.path[:0] = [str(FAKE_PKG), str(ROOT)]
+    # Supervisors start with `python -m`, which puts the working directory first on
+    # sys.path: run from the temp folder so they import --code's workbench, not the cwd's.
+    os.chdir(tmp)
     from workbench.backends.gpu_queue import decide
     from workbench.manager import JobManager
     from workbench.spec import JobStatus, TrainSpec
