@@ -10,7 +10,7 @@ from typing import Any, Literal, overload
 
 from ._spec_limits import MAX_SPEC_FILE
 from .errors import SpecError, WorkbenchError
-from .kubeflow_manifest import check_runs_here, export_yaml, load_spec_file
+from .kubeflow_manifest import check_runs_here, export_yaml, load_file, load_spec_file
 from .kubeflow_manifest import from_manifest as _from_manifest
 from .manager import JobManager
 from .plan import Plan
@@ -201,19 +201,20 @@ def submit(
     else:
         data: dict[str, Any] = {}
         backend = fields.get("backend") or manager.settings.backend
+        from_kubeflow = manifest is not None
         if file is not None or manifest is not None:
             if file is not None and manifest is not None:
                 raise SpecError("manifest", "given with file", "give one of them")
             if manifest is not None:
                 loaded = from_manifest(manifest, image_map=image_map, backend=backend)
             else:
-                loaded = load_spec_file(file or "", image_map, backend)
+                loaded, from_kubeflow = load_file(file or "", image_map, backend)
             data = {k: v for k, v in loaded.to_dict().items() if v not in (None, [], {})}
         if command is not None:
             data["command"] = command if isinstance(command, str) else list(command)
         data.update(fields)
         spec = TrainSpec.from_dict(data)
-        if image_map or (manifest is not None and backend == "local"):
+        if from_kubeflow and backend == "local":  # its image is not pulled for processes
             check_runs_here(spec, image_map)
     if dry_run:
         return manager.admit(spec)

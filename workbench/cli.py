@@ -182,15 +182,15 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         return run_data(ns)
     m = default_manager()
     if verb == "submit":
-        from .kubeflow_manifest import check_runs_here, load_spec_file, parse_image_map
+        from .kubeflow_manifest import check_runs_here, load_file, parse_image_map
 
         image_map = parse_image_map(ns.image_map)
         backend = ns.backend or m.settings.backend
-        base = load_spec_file(ns.file, image_map, backend) if ns.file else None
+        base, manifest = load_file(ns.file, image_map, backend) if ns.file else (None, False)
         if image_map and base is None:
             raise SpecError("image_map", "applies to -f MANIFEST only", "add -f job.yaml")
         spec = spec_from_args(ns, command, base)
-        if image_map or (base is not None and base.backend == backend == "local"):
+        if manifest and backend == "local":  # its image is not pulled for processes
             check_runs_here(spec, image_map)
         if ns.dry_run:  # every check, nothing created
             plan = m.admit(spec)

@@ -96,14 +96,20 @@ def is_manifest(data: Any) -> bool:
 def load_spec_file(path: str | Path, image_map: Mapping[str, str] | None = None,
                    backend: str | None = None) -> TrainSpec:  # fmt: skip
     """A ``-f`` file: a Kubeflow manifest or a workbench spec (relative paths as from_yaml)."""
+    return load_file(path, image_map, backend)[0]
+
+
+def load_file(path: str | Path, image_map: Mapping[str, str] | None = None,
+              backend: str | None = None) -> tuple[TrainSpec, bool]:  # fmt: skip
+    """:func:`load_spec_file`, and whether the file was a Kubeflow manifest."""
     p = Path(path)
     data = read_spec_file(p)
     if is_manifest(data):
-        return from_manifest(data, image_map=image_map, backend=backend)
+        return from_manifest(data, image_map=image_map, backend=backend), True
     if image_map:
         raise SpecError("image_map", "applies to Kubeflow manifests only",
                         f"{p} is a workbench spec: drop --image-map")  # fmt: skip
-    return TrainSpec.from_dict(data, base_dir=p.parent.resolve())
+    return TrainSpec.from_dict(data, base_dir=p.parent.resolve()), False
 
 
 def parse_image_map(items: list[str] | None) -> dict[str, str]:
@@ -480,6 +486,8 @@ def export_yaml(record: JobRecord, kind: str, catalog: Any, kube_section: Mappin
     # The store keeps credentials masked; a stand-in that still reads as a credential makes
     # the renderer reference the Secret for it (whose values are masked when shown).
     spec.env = {k: "redacted-by-workbench" if v == REDACTED else v for k, v in spec.env.items()}
-    options = ClusterOptions(namespace=str((kube_section or {}).get("namespace") or "default"))
+    stored = record.spec.get("backend_options") or {}  # a cluster job's own namespace first
+    namespace = stored.get("namespace") or (kube_section or {}).get("namespace") or "default"
+    options = ClusterOptions(namespace=str(namespace))
     offer = catalog.spec(spec.instance_spec or "")
     return render_as(spec, offer, spec.image_ref(catalog), options, kind).to_yaml()
