@@ -83,7 +83,7 @@ ENV_SCRIPT = """
 import json, os
 keys = sorted(k for k in os.environ if k.startswith(("PET_", "MASTER_", "WORKBENCH_RANK",
               "WORKBENCH_WORLD_SIZE")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LR"))
-line = "env " + json.dumps({k: os.environ[k] for k in keys}, sort_keys=True) + "\n"
+line = "env " + json.dumps({k: os.environ[k] for k in keys}, sort_keys=True) + "\\n"
 os.write(1, line.encode())  # one write: the worker's two processes share its log pipe
 """
 
