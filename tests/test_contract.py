@@ -29,6 +29,7 @@ def test_pytorch_env_matches_kubeflow():
         "PET_NPROC_PER_NODE": "2",
         "PET_MASTER_ADDR": "127.0.0.1",
         "PET_MASTER_PORT": "29500",
+        "PET_RDZV_ENDPOINT": "127.0.0.1:29500",  # torchrun --rdzv-backend=c10d meets here
     }
     p = contract.pytorch_process_env(W, 1, 1)
     assert (p["RANK"], p["LOCAL_RANK"], p["LOCAL_WORLD_SIZE"]) == ("3", "1", "2")

@@ -12,6 +12,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "submit": "workbench.api",
+    "from_manifest": "workbench.api",
+    "export": "workbench.api",
     "get": "workbench.api",
     "jobs": "workbench.api",
     "Job": "workbench.api",

@@ -8,7 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, overload
 
-from .errors import WorkbenchError
+from ._spec_limits import MAX_SPEC_FILE
+from .errors import SpecError, WorkbenchError
+from .kubeflow_manifest import check_runs_here, export_yaml, load_file, load_spec_file
+from .kubeflow_manifest import from_manifest as _from_manifest
 from .manager import JobManager
 from .plan import Plan
 from .spec import JobRecord, JobStatus, TrainSpec
@@ -19,7 +22,9 @@ __all__ = [
     "LogLines",
     "default_manager",
     "describe",
+    "export",
     "format_duration",
+    "from_manifest",
     "get",
     "jobs",
     "submit",
@@ -154,6 +159,8 @@ def submit(
     wait: bool = False,
     dry_run: Literal[False] = False,
     manager: JobManager | None = None,
+    manifest: str | Path | dict[str, Any] | None = None,
+    image_map: dict[str, str] | None = None,
     **fields: Any,
 ) -> Job: ...
 
@@ -166,6 +173,8 @@ def submit(
     wait: bool = False,
     dry_run: Literal[True],
     manager: JobManager | None = None,
+    manifest: str | Path | dict[str, Any] | None = None,
+    image_map: dict[str, str] | None = None,
     **fields: Any,
 ) -> Plan: ...
 
@@ -177,9 +186,13 @@ def submit(
     wait: bool = False,
     dry_run: bool = False,
     manager: JobManager | None = None,
+    manifest: str | Path | dict[str, Any] | None = None,
+    image_map: dict[str, str] | None = None,
     **fields: Any,
 ) -> Job | Plan:
-    """Submit a job: a command (string or argv), a TrainSpec, or a YAML ``file``; fields override.
+    """Submit a job: a command (string or argv), a TrainSpec, a YAML ``file`` (a spec or a
+    Kubeflow manifest) or a Kubeflow ``manifest`` (a path, YAML text or a dict); fields
+    override. ``image_map`` runs a manifest's unpullable image from a local folder.
 
     With ``dry_run=True`` nothing is created: every check runs and the Plan comes back."""
     manager = manager or default_manager()
@@ -187,13 +200,22 @@ def submit(
         spec = command
     else:
         data: dict[str, Any] = {}
-        if file is not None:
-            spec_from_file = TrainSpec.from_yaml(file)
-            data = {k: v for k, v in spec_from_file.to_dict().items() if v not in (None, [], {})}
+        backend = fields.get("backend") or manager.settings.backend
+        from_kubeflow = manifest is not None
+        if file is not None or manifest is not None:
+            if file is not None and manifest is not None:
+                raise SpecError("manifest", "given with file", "give one of them")
+            if manifest is not None:
+                loaded = from_manifest(manifest, image_map=image_map, backend=backend)
+            else:
+                loaded, from_kubeflow = load_file(file or "", image_map, backend)
+            data = {k: v for k, v in loaded.to_dict().items() if v not in (None, [], {})}
         if command is not None:
             data["command"] = command if isinstance(command, str) else list(command)
         data.update(fields)
         spec = TrainSpec.from_dict(data)
+        if from_kubeflow and backend == "local":  # its image is not pulled for processes
+            check_runs_here(spec, image_map)
     if dry_run:
         return manager.admit(spec)
     record = manager.submit(spec)
@@ -201,6 +223,37 @@ def submit(
     if wait:
         job.wait()
     return job
+
+
+def from_manifest(
+    manifest: str | Path | dict[str, Any],
+    image_map: dict[str, str] | None = None,
+    backend: str | None = None,
+) -> TrainSpec:
+    """The TrainSpec of a Kubeflow PyTorchJob/TFJob/MPIJob: a file path, YAML text or a dict
+    (workbench.kubeflow_manifest says what maps to what; an unsupported field is a
+    SpecError naming its path)."""
+    if isinstance(manifest, dict):
+        return _from_manifest(manifest, image_map=image_map, backend=backend)
+    if isinstance(manifest, str) and "\n" in manifest:
+        import yaml
+
+        if len(manifest) > MAX_SPEC_FILE:
+            raise SpecError("manifest", f"is larger than {MAX_SPEC_FILE} bytes", "make it smaller")
+        try:
+            data = yaml.safe_load(manifest)
+        except yaml.YAMLError as e:
+            raise SpecError("manifest", f"is not valid YAML: {' '.join(str(e).split())}") from None
+        return _from_manifest(data, image_map=image_map, backend=backend)
+    spec = load_spec_file(manifest, image_map, backend)
+    return spec
+
+
+def export(name: str, kind: str = "pytorchjob", manager: JobManager | None = None) -> str:
+    """The manifest YAML of job ``name`` (any backend) as ``kind``: indexed, pytorchjob,
+    tfjob, mpijob or volcano; credentials masked."""
+    manager = manager or default_manager()
+    return export_yaml(manager.get(name), kind, manager.catalog, manager.settings.kubernetes)
 
 
 def get(name: str, manager: JobManager | None = None) -> Job:

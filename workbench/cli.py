@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .backends.base import split_rank_prefix
+from .backends.kubernetes.manifests import KINDS as EXPORT_KINDS
 from .errors import SpecError, WorkbenchError
 from .flags import add_spec_flags, spec_from_args, split_command
 from .spec import ACTIVE_STATUSES, parse_statuses
@@ -35,7 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
         "Put the command after the flags, e.g. `workbench submit --workers 2 -- python train.py`.",
     )
     add_spec_flags(s)
-    s.add_argument("-f", "--file", help="read the spec from a YAML file (flags override it)")
+    s.add_argument(
+        "-f",
+        "--file",
+        help="read the spec from a YAML file: a workbench spec or a Kubeflow PyTorchJob, "
+        "TFJob or MPIJob manifest as it is (flags override it)",
+    )
+    s.add_argument(
+        "--image-map",
+        action="append",
+        metavar="IMAGE=DIR",
+        help="with a Kubeflow manifest: run IMAGE's command as local processes from DIR, "
+        "which stands in for the image's files (repeatable)",
+    )
     s.add_argument(
         "--wait",
         action="store_true",
@@ -83,6 +96,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--name", dest="new_name", help="name of the new job")
     r.add_argument("--wait", action="store_true", help="follow the new job to its end")
     _output_flag(r)
+
+    x = sub.add_parser(
+        "export", help="print a job's manifest for a cluster (any job, local ones included)"
+    )
+    x.add_argument("name")
+    x.add_argument(
+        "--as",
+        dest="kind",
+        choices=list(EXPORT_KINDS),
+        default="pytorchjob",
+        help="what to render (default pytorchjob)",
+    )
+
+    q = sub.add_parser("queue", help="jobs waiting for GPUs, in order, and why each waits")
+    _output_flag(q)
 
     t = sub.add_parser("top", help="GPUs on this host and their allocation to jobs")
     t.add_argument("what", nargs="?", choices=["node", "job"], default="node")
@@ -154,10 +182,16 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         return run_data(ns)
     m = default_manager()
     if verb == "submit":
-        from .spec import TrainSpec
+        from .kubeflow_manifest import check_runs_here, load_file, parse_image_map
 
-        base = TrainSpec.from_yaml(ns.file) if ns.file else None
+        image_map = parse_image_map(ns.image_map)
+        backend = ns.backend or m.settings.backend
+        base, manifest = load_file(ns.file, image_map, backend) if ns.file else (None, False)
+        if image_map and base is None:
+            raise SpecError("image_map", "applies to -f MANIFEST only", "add -f job.yaml")
         spec = spec_from_args(ns, command, base)
+        if manifest and backend == "local":  # its image is not pulled for processes
+            check_runs_here(spec, image_map)
         if ns.dry_run:  # every check, nothing created
             plan = m.admit(spec)
             if ns.fmt == "json":
@@ -229,6 +263,20 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
         else:
             print(f"job {record.name} submitted (rerun of {ns.name})")
         return _wait(m, record.name, ns.fmt, False) if ns.wait else 0
+    if verb == "export":
+        from .kubeflow_manifest import export_yaml
+
+        print(export_yaml(m.get(ns.name), ns.kind, m.catalog, m.settings.kubernetes), end="")
+        return 0
+    if verb == "queue":
+        from .queue import queue_entries, queue_table
+
+        entries = queue_entries(m.list(status=["Pending"]))
+        if ns.fmt == "json":
+            _print_json([e.to_dict() for e in entries])
+        else:
+            print(queue_table(entries))
+        return 0
     if verb == "top":
         nodes = m.nodes()
         if ns.what == "job":

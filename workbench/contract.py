@@ -5,8 +5,9 @@ same variables, and a script written for Kubeflow's PyTorchJob/TFJob/MPIJob runs
 
 * pytorch: MASTER_ADDR, MASTER_PORT, WORLD_SIZE (= workers x procs per worker), RANK (the
   worker's index, as Kubeflow sets it), LOCAL_RANK, and PET_NNODES, PET_NODE_RANK,
-  PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT, which torchrun reads as defaults
-  for its flags, so a bare ``torchrun train.py`` forms the whole world.
+  PET_NPROC_PER_NODE, PET_MASTER_ADDR, PET_MASTER_PORT, PET_RDZV_ENDPOINT, which torchrun
+  reads as defaults for its flags, so a bare ``torchrun train.py`` forms the whole world
+  (with the static or the c10d rendezvous).
 * tensorflow: TF_CONFIG with the worker list and this task's index.
 * mpi: an OpenMPI/MPICH hostfile with one line per worker and ``slots`` = procs.
 * every framework: WORKBENCH_JOB_NAME, WORKBENCH_RANK, WORKBENCH_WORLD_SIZE,
@@ -51,6 +52,9 @@ def pytorch_env(world: World, node_rank: int) -> dict[str, str]:
         "PET_NPROC_PER_NODE": str(world.procs_per_worker),
         "PET_MASTER_ADDR": world.master_addr,
         "PET_MASTER_PORT": str(world.master_port),
+        # torchrun's --rdzv-endpoint default: `--rdzv-backend=c10d` (Kubeflow's elastic
+        # jobs) meets where the static rendezvous does, never on a fixed port 29400.
+        "PET_RDZV_ENDPOINT": f"{world.master_addr}:{world.master_port}",
     }
 
 

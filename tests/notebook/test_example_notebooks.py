@@ -75,6 +75,7 @@ def test_the_example_notebooks_are_committed_without_outputs() -> None:
         "03-monitoring.ipynb",
         "04-frameworks.ipynb",
         "05-cluster.ipynb",
+        "06-from-kubeflow.ipynb",  # tested in test_notebook_kubeflow.py
     ]
     for name in EXAMPLES:
         nb = nbformat.read(NOTEBOOKS / name, as_version=4)

@@ -34,7 +34,7 @@ from ..redaction import redact_text, secret_strings
 from ..spec import JobEvent, JobStatus, RankState, TrainSpec
 from ..store import JobStore
 from . import _container_engine as _container
-from . import _placement
+from . import _placement, gpu_queue
 from ._diskspace import DiskFull, is_disk_full, low_space, mount_point, reserve_space
 from ._jobfiles import JobFiles
 from ._journal import StoreJournal
@@ -49,6 +49,7 @@ from ._processes import (
     kill_job_processes,
     killpg,
     process_ctime,
+    same_process,
 )
 
 if TYPE_CHECKING:  # both load lazily: a supervisor without mounts or GPUs skips them
@@ -126,6 +127,8 @@ class Supervisor:
         signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, self._on_signal)
+        # gpu_queue's wake-up: only interrupts the wait (the byte lands on the wakeup fd)
+        signal.signal(gpu_queue.WAKE_SIGNAL, lambda signum, frame: None)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
 
     def _check_cancel(self) -> None:
@@ -238,6 +241,7 @@ class Supervisor:
             finished_at=time.time(),
             event=JobEvent(time.time(), reason, message or _DONE.get(status, status.value), level),
         )
+        self.wake_queue()
 
     def place(self) -> None:
         """Hold GPUs for the job, queueing (Pending, with the reason) until they are free."""
@@ -248,20 +252,26 @@ class Supervisor:
         capacity = [g.index for g in gpu_inventory()]
         announced = False
         while True:
-            with self._placement_lock():
+            # The one decision for the host (waiting jobs in queue order, gpu_queue), first
+            # read without the lock: with hundreds waiting, each taking the lock to learn it
+            # is not its turn made a convoy that held up the one whose turn it was.
+            rows = self.store.active_rows(backend="local")  # this host's GPUs
+            if self.name in gpu_queue.decide(rows, capacity):
+                with self._placement_lock():
+                    rows = self.store.active_rows(backend="local")
+                    alloc = gpu_queue.decide(rows, capacity).get(self.name)
+                    if alloc is not None:
+                        self.gpu_alloc = alloc
+                        self.store.update(self.name, details={"gpu_alloc": alloc}, message="")
+                        return
+            if not announced:
                 used = _placement.usage(
                     [
                         (float(json.loads(r["spec_json"])["gpus"]), r["details"]["gpu_alloc"])
-                        for r in self.store.active_rows(backend="local")  # this host's GPUs
-                        if r["details"].get("gpu_alloc") and r["name"] != self.name
+                        for r in rows
+                        if r["details"].get("gpu_alloc")
                     ]
                 )
-                alloc = _placement.place(self.spec.gpus, self.spec.workers, capacity, used)
-                if alloc is not None:
-                    self.gpu_alloc = alloc
-                    self.store.update(self.name, details={"gpu_alloc": alloc}, message="")
-                    return
-            if not announced:
                 busy = sum(min(1.0, v) for v in used.values())
                 msg = (
                     f"waiting for GPUs: needs {self.spec.gpus:g} x {self.spec.workers}, "
@@ -271,7 +281,22 @@ class Supervisor:
                     self.name, message=msg, event=JobEvent(time.time(), "Queued", msg)
                 )
                 announced = True
-            self._sleep(1.0)
+            # A supervisor that frees GPUs wakes the chosen ones (SIGUSR1); the poll is the
+            # fallback for one that died without doing so.
+            self._sleep(gpu_queue.POLL_SECONDS)
+
+    def wake_queue(self) -> None:
+        """After this job gave its GPUs back (or left the queue): start whoever is next."""
+        if self.spec.gpus <= 0:
+            return
+        with contextlib.suppress(Exception):  # an optimisation: the waiters poll anyway
+            from ..monitor import gpu_inventory
+
+            capacity = [g.index for g in gpu_inventory()]
+            with self._placement_lock():
+                rows = self.store.active_rows(backend="local")
+                chosen = gpu_queue.decide(rows, capacity)
+            gpu_queue.wake(rows, chosen, same_process)
 
     @contextlib.contextmanager
     def _placement_lock(self) -> Iterator[None]:

@@ -23,6 +23,7 @@ backend creates from :attr:`RenderedJob.secret`; no manifest in
 
 from __future__ import annotations
 
+import copy
 import math
 import posixpath
 import re
@@ -107,7 +108,13 @@ class RenderedJob:
         """``kubectl create --dry-run=client -o yaml``-style text of display_manifests()."""
         import yaml
 
-        return yaml.safe_dump_all(self.display_manifests(), sort_keys=False)
+        class _Dumper(yaml.SafeDumper):
+            # Pod templates share lists: spelled out, not as &anchors kubectl users must chase
+            # (and that `workbench submit -f` refuses, as every bounded YAML reader should).
+            def ignore_aliases(self, data: Any) -> bool:
+                return True
+
+        return yaml.dump_all(self.display_manifests(), Dumper=_Dumper, sort_keys=False)
 
 
 def service_name(job: str) -> str:
@@ -162,6 +169,29 @@ def render(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOpt
             "stringData": dict(builder.secret_data),
         }
     return RenderedJob(spec.name, flavor, options.namespace, manifests, secret)
+
+
+# `workbench export --as KIND`: kind -> (flavour, framework; None keeps the spec's own).
+KINDS: dict[str, tuple[str, str | None]] = {
+    "indexed": ("indexed", None),
+    "pytorchjob": ("kubeflow", "pytorch"),
+    "tfjob": ("kubeflow", "tensorflow"),
+    "mpijob": ("kubeflow", "mpi"),
+    "volcano": ("volcano", None),
+}
+
+
+def render_as(spec: TrainSpec, offer: InstanceSpec, image: str, options: ClusterOptions,
+              kind: str = "pytorchjob") -> RenderedJob:  # fmt: skip
+    """The manifests of ``spec`` as export kind ``kind`` (KINDS): a flavour, and for the
+    Kubeflow kinds the framework whose job kind it renders."""
+    if kind not in KINDS:
+        raise SpecError("as", f"unknown kind {kind!r}", f"use one of {', '.join(KINDS)}")
+    flavor, framework = KINDS[kind]
+    if framework is not None and framework != (spec.framework or "pytorch"):
+        spec = copy.copy(spec)
+        spec.framework = framework
+    return render(spec, offer, image, options, flavor)
 
 
 def _meta(name: str, options: ClusterOptions, labels: dict[str, str]) -> dict[str, Any]:
