@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import json
 import re
 import sys
@@ -20,10 +19,9 @@ import yaml
 from tests.fakes.kube_pytorchjob import operator_env  # training-operator v1.9's env: the oracle
 from tests.kubernetes.test_manifests import K8S_VERSION, _strict
 from workbench.api import export
-from workbench.backends.kubernetes.manifests import FLAVORS, KINDS
+from workbench.backends.kubernetes.manifests import KINDS
 from workbench.catalog import load_catalog
 from workbench.cli import main
-from workbench.errors import SpecError
 from workbench.manager import JobManager
 from workbench.spec import JobRecord, JobStatus, TrainSpec
 
@@ -136,30 +134,7 @@ def test_a_local_job_exported_as_a_pytorchjob_runs_back_with_the_same_env(
         assert _worker_env(manager, "back", worker) == original
 
 
-LANDED = {  # what this branch renders; the other lanes' renderers make these pass
-    "indexed": True,
-    "pytorchjob": True,
-    "tfjob": importlib.util.find_spec("workbench.backends.kubernetes.kubeflow") is not None,
-    "mpijob": importlib.util.find_spec("workbench.backends.kubernetes.kubeflow") is not None,
-    "volcano": "volcano" in FLAVORS,
-}
-
-
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(
-            k,
-            marks=pytest.mark.xfail(
-                not LANDED[k],
-                raises=SpecError,
-                strict=True,
-                reason="its renderer is another lane's",
-            ),
-        )
-        for k in KINDS
-    ],
-)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_export_kind_validates_and_masks_secrets(kind: str, manager: JobManager) -> None:
     catalog = load_catalog()
     spec = TrainSpec(

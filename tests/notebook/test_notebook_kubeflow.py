@@ -10,18 +10,15 @@ import nbformat
 import pytest
 import yaml
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
 
 from tests.backends.test_kubeflow_local import validate
 from tests.notebook._kernel import output_text
-from workbench.backends.kubernetes.manifests import FLAVORS
 from workbench.manager import JobManager
 from workbench.spec import JobStatus
 
 from ..conftest import ROOT
 
 pytestmark = pytest.mark.slow
-VOLCANO = "volcano" in FLAVORS  # the Volcano renderer is lane volcano's (issue 13)
 
 
 def test_from_kubeflow(
@@ -33,20 +30,14 @@ def test_from_kubeflow(
     client = NotebookClient(
         nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     )
-    try:
-        client.execute()
-    except CellExecutionError as e:  # only the Volcano export, until its renderer merges
-        assert not VOLCANO and "unknown flavour 'volcano'" in str(e), str(e)
-    else:
-        assert VOLCANO
+    client.execute()
     outputs = {
         c.source: "\n".join(output_text(o) for o in c.get("outputs", []))
         for c in nb.cells
         if c.cell_type == "code"
     }
     text = "\n".join(outputs.values())
-    for source, out in outputs.items():
-        assert "'volcano')" in source or "Traceback" not in out, out
+    assert "Traceback" not in text, text
     (job,) = manager.list()
     assert job.name == "mnist-kf" and job.status is JobStatus.SUCCEEDED and job.workers == 2
     assert "workers: 2 | retries: 1 | framework: pytorch" in text
@@ -61,9 +52,8 @@ def test_from_kubeflow(
     (exported,) = yaml.safe_load_all(pytorchjob)
     validate(exported)
     assert exported["kind"] == "PyTorchJob" and exported["metadata"]["name"] == "mnist-kf"
-    if VOLCANO:
-        (volcano,) = [out for src, out in outputs.items() if "'volcano')" in src]
-        objects = list(yaml.safe_load_all(volcano))
-        assert "Job" in [o["kind"] for o in objects if o["apiVersion"].startswith("batch.volcano")]
-        for obj in objects:
-            validate(obj)
+    (volcano,) = [out for src, out in outputs.items() if "'volcano')" in src]
+    objects = list(yaml.safe_load_all(volcano))
+    assert "Job" in [o["kind"] for o in objects if o["apiVersion"].startswith("batch.volcano")]
+    for obj in objects:
+        validate(obj)
