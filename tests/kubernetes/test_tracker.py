@@ -82,22 +82,24 @@ def test_store_equals_the_server_after_random_faults_over_200_jobs(
         assert tracker.wait_synced(20)
         faults: Counter[str] = Counter()
         phases = dict.fromkeys(names, "Pending")
-        live = list(names)
+        live, step = list(names), 0
         while live:
             n = rng.choice(live)
             phases[n] = "Running" if phases[n] == "Pending" else rng.choice(["Succeeded", "Failed"])
             if phases[n] != "Running":
                 live.remove(n)
             advance(kube_fake, n, phases[n])
-            fault = rng.random()
+            step += 1
+            # At random, and each kind at least once (a stall at step 150, a 410 at 250).
+            fault = {150: 0.021, 250: 0.0}.get(step, rng.random())
             if fault < 0.01:
                 faults["410"] += 1
                 state.compact(expire_watches=True)
-            elif fault < 0.02:
+            elif fault <= 0.02:
                 faults["drop"] += 1
                 kube_fake.drop_next_watches(2, after_events=rng.randint(0, 5))
                 kube_fake.kick_watches()
-            elif fault < 0.025:
+            elif 0.02 < fault < 0.025:
                 faults["stall"] += 1
                 before = sum(w.stats.errors for w in tracker.watches)
                 state.faults.stall.set()  # held until a watch gives up on its silent stream

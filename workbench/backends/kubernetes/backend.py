@@ -30,7 +30,7 @@ from ...store import JobStore
 from .._jobfiles import JobFiles
 from ..base import Backend, Capabilities, NodeInfo, new_job_name
 from . import capacity
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, owner_ref, workload_kind
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, workload_kind
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
 from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
 from .podlogs import PodLogs
@@ -255,22 +255,20 @@ class KubernetesBackend(Backend):
                 files.write_spec(spec.redacted())
                 files.write_secrets(spec.secrets())  # for rerun: 0600, never on the cluster's side
                 (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
-                # The Secret first (the pods read it); then the workload; then the Service,
-                # owned by the workload from birth (workers wait for the master's DNS name,
-                # so the Service may follow the pods). One request per object, plus one
-                # to hand the Secret to the workload.
+                # The Secret (the pods read it) and the Service (the pods' DNS names, the
+                # master's included: it dials its own name) exist before the workload
+                # makes pods; then the workload becomes their owner, one PATCH each (an
+                # ownerReference needs the owner's uid, known only once it exists).
                 if rendered.secret is not None:
                     cluster.create(ns, rendered.secret)
                     created.append(("Secret", rendered.secret["metadata"]["name"]))
+                for obj in rendered.manifests[:-1]:
+                    cluster.create(ns, obj)
+                    created.append((obj["kind"], obj["metadata"]["name"]))
                 workload = self._create_workload(cluster, ns, rendered.manifests[-1], digest)
                 created.append((kind, name))
-                for obj in rendered.manifests[:-1]:
-                    owned = {**obj, "metadata": {**obj["metadata"],
-                                                 "ownerReferences": [owner_ref(workload)]}}  # fmt: skip
-                    cluster.create(ns, owned)
-                    created.append((obj["kind"], obj["metadata"]["name"]))
-                if rendered.secret is not None:  # it goes with the workload
-                    cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
+                for k, n in created[:-1]:  # they go with the workload
+                    cluster.own(ns, k, n, workload)
         except BaseException as e:
             for k, n in reversed(created):
                 cluster.delete_quietly(ns, k, n)
