@@ -15,6 +15,7 @@ import {
   visibleRange,
   type JobView
 } from './models';
+import { JobExtras, type OpenInNotebook } from './jobview';
 import type { WorkbenchClient } from './request';
 
 // Two lines a row (name and status; backend, workers, GPUs, age, cost), so a default-width
@@ -48,7 +49,7 @@ function StatusBadge({ status }: { status: string }): JSX.Element {
   );
 }
 
-function ErrorBox({ message, onRetry }: { message: string; onRetry?: () => void }): JSX.Element {
+export function ErrorBox({ message, onRetry }: { message: string; onRetry?: () => void }): JSX.Element {
   return (
     <div className="jp-WorkbenchPanel-error" role="alert">
       <span>{message}</span>
@@ -90,11 +91,13 @@ export class PanelErrorBoundary extends React.Component<
 export function JobsTab({
   feed,
   client,
-  onOpen
+  onOpen,
+  openInNotebook
 }: {
   feed: JobFeed;
   client: WorkbenchClient;
   onOpen?: (name: string | null) => void;
+  openInNotebook?: OpenInNotebook;
 }): JSX.Element {
   const [selected, setSelected] = React.useState<string | null>(null);
   const open = (name: string | null): void => {
@@ -104,7 +107,14 @@ export function JobsTab({
   return selected === null ? (
     <JobList feed={feed} onOpen={open} />
   ) : (
-    <JobDetail feed={feed} client={client} name={selected} onBack={() => open(null)} onOpen={open} />
+    <JobDetail
+      feed={feed}
+      client={client}
+      name={selected}
+      onBack={() => open(null)}
+      onOpen={open}
+      openInNotebook={openInNotebook}
+    />
   );
 }
 
@@ -260,13 +270,15 @@ function JobDetail({
   client,
   name,
   onBack,
-  onOpen
+  onOpen,
+  openInNotebook
 }: {
   feed: JobFeed;
   client: WorkbenchClient;
   name: string;
   onBack: () => void;
   onOpen: (name: string) => void;
+  openInNotebook?: OpenInNotebook;
 }): JSX.Element {
   const version = useSubscription(React.useCallback(fn => feed.table.subscribe(fn), [feed]));
   const now = useNow(5000);
@@ -356,6 +368,7 @@ function JobDetail({
             </p>
           )}
           <RankTable job={job} />
+          <JobExtras client={client} feed={feed} job={job} openInNotebook={openInNotebook} />
           <LogView client={client} job={job} />
           <EventList job={job} />
         </>
