@@ -15,7 +15,11 @@ export async function insertIntoNotebook(
   let panel: NotebookPanel | null = tracker.currentWidget;
   let created = false;
   if (!panel) {
-    const made = (await app.commands.execute('notebook:create-new', {})) as NotebookPanel | undefined;
+    // Name the default kernel, or Lab asks which one in a dialog.
+    const kernelName = app.serviceManager.kernelspecs.specs?.default;
+    const made = (await app.commands.execute('notebook:create-new', kernelName ? { kernelName } : {})) as
+      | NotebookPanel
+      | undefined;
     if (!made) throw new Error('JupyterLab did not create a notebook');
     panel = made;
     created = true;
