@@ -55,14 +55,13 @@ export function Sparkline({
   return (
     <svg
       className="jp-WorkbenchPanel-sparkline"
-      width={width}
-      height={height}
       viewBox={`0 0 ${width} ${height}`}
+      preserveAspectRatio="none"
       role="img"
       aria-label={`${label} history, ${path.drawn} samples`}
       data-points={path.drawn}
     >
-      <path d={path.d} fill="none" />
+      <path d={path.d} fill="none" vectorEffect="non-scaling-stroke" />
     </svg>
   );
 }
@@ -90,8 +89,6 @@ export function LineChart({
     <figure className="jp-WorkbenchPanel-chart" data-chart={title} data-drawn={drawn}>
       <figcaption>{title}</figcaption>
       <svg
-        width={width}
-        height={height}
         viewBox={`0 0 ${width} ${height}`}
         role="img"
         aria-label={`${title}: ${series.map(s => s.name).join(', ')} by ${xLabel}, ${drawn} points`}

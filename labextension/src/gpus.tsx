@@ -208,6 +208,7 @@ function GpuCard({
         GPU {sample.index} <span className="jp-WorkbenchPanel-gpuName">{sample.name}</span>
       </h4>
       {sample.error && <p className="jp-WorkbenchPanel-message">{sample.error}</p>}
+      <div className="jp-WorkbenchPanel-figures">
       {FIELDS.map(({ field, label }) => (
         <div className="jp-WorkbenchPanel-figure" key={field}>
           <Gauge label={label} fraction={gaugeFraction(sample, field)} text={figure(sample, field)} />
@@ -218,6 +219,7 @@ function GpuCard({
           />
         </div>
       ))}
+      </div>
       <p className="jp-WorkbenchPanel-idle" data-idle-seconds={Math.round(waste.seconds)}>
         Idle {formatSeconds(waste.seconds)}
         {waste.cost !== null && price !== null
