@@ -13,6 +13,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..errors import BackendUnavailableError, MountError, SpecError
+from ..redaction import redact_url
 from .handlers import WorkbenchHandler
 
 PREVIEW_LINES_MAX = 200
@@ -57,7 +58,8 @@ class DatasetStoresHandler(WorkbenchHandler):
     async def get(self) -> None:
         """{"stores": [{"url", "scheme"}]}: the configured URLs, else the Jupyter root folder."""
         urls = list(self.wb.dataset_stores) or [str(self.wb.root_dir)]
-        self.reply({"stores": [{"url": u, "scheme": _scheme(u)} for u in urls]})
+        # Credentials belong in the storage config, never in an answer: a URL's are masked.
+        self.reply({"stores": [{"url": redact_url(u), "scheme": _scheme(u)} for u in urls]})
 
 
 class DatasetUsageHandler(_UrlHandler):
@@ -69,7 +71,9 @@ class DatasetUsageHandler(_UrlHandler):
         """?url=...: {"url", "bytes", "files"}."""
         url = self.url_arg()
         usage = await self.data_call("du", url)
-        self.reply({"url": url, "bytes": int(usage["bytes"]), "files": int(usage["files"])})
+        self.reply(
+            {"url": redact_url(url), "bytes": int(usage["bytes"]), "files": int(usage["files"])}
+        )
 
 
 class DatasetPreviewHandler(_UrlHandler):
@@ -82,7 +86,7 @@ class DatasetPreviewHandler(_UrlHandler):
         url = self.url_arg()
         lines = self.int_arg("lines", 10, 1, PREVIEW_LINES_MAX)
         text = await self.data_call("head", url, n=lines)
-        self.reply({"url": url, "lines": lines, "preview": str(text)})
+        self.reply({"url": redact_url(url), "lines": lines, "preview": str(text)})
 
 
 def _scheme(url: str) -> str:
