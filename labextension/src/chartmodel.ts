@@ -79,7 +79,9 @@ export function niceTicks(domain: Domain, count = 4): number[] {
   const raw = span / Math.max(1, count);
   const magnitude = Math.pow(10, Math.floor(Math.log10(raw)));
   const error = raw / magnitude;
-  const step = magnitude * (error >= Math.sqrt(50) ? 10 : error >= Math.sqrt(10) ? 5 : error >= Math.sqrt(2) ? 2 : 1);
+  const step =
+    magnitude *
+    (error >= Math.sqrt(50) ? 10 : error >= Math.sqrt(10) ? 5 : error >= Math.sqrt(2) ? 2 : 1);
   const out: number[] = [];
   for (let v = Math.ceil(domain.min / step) * step; v <= domain.max + step * 1e-9; v += step) {
     out.push(Math.abs(v) < step * 1e-9 ? 0 : Number(v.toPrecision(12)));
@@ -168,7 +170,10 @@ const RECORD_KEYS = new Set(['time', 'rank', 'step', 'total']);
  * line per rank; x is the step where the record has a numeric one, else the record's
  * position. A key that never held a number (a text tag) gets no chart; a NaN or infinite
  * value (null on the wire) stays in the series as a gap. */
-export function scalarCharts(records: ScalarLike[], maxCharts = 6): { name: string; series: Series[] }[] {
+export function scalarCharts(
+  records: ScalarLike[],
+  maxCharts = 6
+): { name: string; series: Series[] }[] {
   const charts = new Map<string, Map<number, RawPoint[]>>();
   const numeric = new Set<string>();
   records.forEach((record, i) => {

@@ -102,7 +102,12 @@ export function LineChart({
           </g>
         ))}
         {layout.hasData && (
-          <text className="jp-WorkbenchPanel-axis" x={width - CHART_PAD.right} y={height - 2} textAnchor="end">
+          <text
+            className="jp-WorkbenchPanel-axis"
+            x={width - CHART_PAD.right}
+            y={height - 2}
+            textAnchor="end"
+          >
             {xLabel} {formatValue(layout.x.min)}–{formatValue(layout.x.max)}
           </text>
         )}

@@ -5,7 +5,14 @@
  */
 import * as React from 'react';
 
-import { baseName, breadcrumbs, formatSize, normalizeUrl, parentUrl, sortEntries } from './datasetmodel';
+import {
+  baseName,
+  breadcrumbs,
+  formatSize,
+  normalizeUrl,
+  parentUrl,
+  sortEntries
+} from './datasetmodel';
 import { dataUsage, getStores, listData, previewData } from './hostapi';
 import type { WorkbenchClient } from './request';
 import type { DatasetEntry, DatasetPreview, DatasetStore, DatasetUsage } from './wire';
@@ -42,7 +49,9 @@ export function DatasetsTab({ client }: { client: WorkbenchClient }): JSX.Elemen
     const clean = normalizeUrl(target);
     if (!clean) return;
     // A URL outside every store becomes its own root (the user typed it).
-    const store = (stores ?? []).find(s => parentUrl(clean, s.url) !== null || normalizeUrl(s.url) === clean);
+    const store = (stores ?? []).find(
+      s => parentUrl(clean, s.url) !== null || normalizeUrl(s.url) === clean
+    );
     setRoot(store ? store.url : clean);
     setUrl(clean);
   };
@@ -152,7 +161,11 @@ function Folder({
       {error && <Problem message={error} />}
       {!entries && !error && <div className="jp-WorkbenchPanel-empty">Listing…</div>}
       {entries && (
-        <table className="jp-WorkbenchPanel-entries" aria-label="Entries" data-count={entries.length}>
+        <table
+          className="jp-WorkbenchPanel-entries"
+          aria-label="Entries"
+          data-count={entries.length}
+        >
           <thead>
             <tr>
               <th scope="col">Name</th>
@@ -163,19 +176,32 @@ function Folder({
             {up && (
               <tr>
                 <td colSpan={2}>
-                  <button className="jp-WorkbenchPanel-link" onClick={() => onOpen(up)} aria-label="Up one folder">
+                  <button
+                    className="jp-WorkbenchPanel-link"
+                    onClick={() => onOpen(up)}
+                    aria-label="Up one folder"
+                  >
                     ..
                   </button>
                 </td>
               </tr>
             )}
             {entries.map(e => (
-              <tr key={e.name} data-entry={baseName(e.name)} data-type={e.type} className={selected === e.name ? 'jp-mod-selected' : ''}>
+              <tr
+                key={e.name}
+                data-entry={baseName(e.name)}
+                data-type={e.type}
+                className={selected === e.name ? 'jp-mod-selected' : ''}
+              >
                 <td>
                   <button
                     className="jp-WorkbenchPanel-link"
                     onClick={() => (e.type === 'directory' ? onOpen(e.name) : setSelected(e.name))}
-                    aria-label={e.type === 'directory' ? `Open folder ${baseName(e.name)}` : `Preview ${baseName(e.name)}`}
+                    aria-label={
+                      e.type === 'directory'
+                        ? `Open folder ${baseName(e.name)}`
+                        : `Preview ${baseName(e.name)}`
+                    }
                   >
                     {baseName(e.name)}
                     {e.type === 'directory' ? '/' : ''}

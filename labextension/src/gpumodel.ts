@@ -96,7 +96,9 @@ export function fieldValue(s: GpuSample, field: GpuField): number | null {
     case 'power':
       return s.power;
     case 'memory':
-      return s.memory_used !== null && s.memory_total ? (100 * s.memory_used) / s.memory_total : null;
+      return s.memory_used !== null && s.memory_total
+        ? (100 * s.memory_used) / s.memory_total
+        : null;
   }
 }
 
@@ -133,7 +135,10 @@ export function idleWaste(
 }
 
 function words(text: string): string[] {
-  return text.toLowerCase().split(/[^a-z0-9.]+/).filter(w => w && w !== 'nvidia');
+  return text
+    .toLowerCase()
+    .split(/[^a-z0-9.]+/)
+    .filter(w => w && w !== 'nvidia');
 }
 
 /**
@@ -186,5 +191,7 @@ export function formatSeconds(seconds: number): string {
 /** Money with cents, or four decimals under a cent (a few idle minutes cost that much). */
 export function formatMoney(amount: number): string {
   if (!Number.isFinite(amount)) return '-';
-  return amount !== 0 && Math.abs(amount) < 0.01 ? `$${amount.toFixed(4)}` : `$${amount.toFixed(2)}`;
+  return amount !== 0 && Math.abs(amount) < 0.01
+    ? `$${amount.toFixed(4)}`
+    : `$${amount.toFixed(2)}`;
 }

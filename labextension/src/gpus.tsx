@@ -82,7 +82,7 @@ export function GpusTab({ feed, client }: { feed: JobFeed; client: WorkbenchClie
     history.current.add(frame.gpus as GpuSample[]);
   }
   const state = frame?.state ?? loaded?.state ?? '';
-  const reason = frame ? frame.reason : loaded?.reason ?? null;
+  const reason = frame ? frame.reason : (loaded?.reason ?? null);
   const alerts = (frame?.alerts as Alert[] | undefined) ?? loaded?.alerts ?? [];
 
   // On a cluster, node figures change as jobs come and go: re-read them on job changes.
@@ -102,7 +102,10 @@ export function GpusTab({ feed, client }: { feed: JobFeed; client: WorkbenchClie
       {!loaded && !error && <div className="jp-WorkbenchPanel-empty">Reading the GPUs…</div>}
       {loaded && cluster && loaded.nodes.map(node => <NodeGroup key={node.name} node={node} />)}
       {loaded && !cluster && (
-        <section className="jp-WorkbenchPanel-node" aria-label={`Host ${loaded.nodes[0]?.name ?? ''}`}>
+        <section
+          className="jp-WorkbenchPanel-node"
+          aria-label={`Host ${loaded.nodes[0]?.name ?? ''}`}
+        >
           <h3>Host {loaded.nodes[0]?.name ?? ''}</h3>
           {indices.length === 0 ? (
             <p className="jp-WorkbenchPanel-nogpu" data-state={state}>
@@ -174,7 +177,9 @@ function figure(s: GpuSample, field: GpuField): string {
     case 'utilization':
       return s.utilization === null ? 'n/a' : `${Math.round(s.utilization)}%`;
     case 'memory':
-      return s.memory_used === null ? 'n/a' : `${formatGiB(s.memory_used)} / ${formatGiB(s.memory_total)}`;
+      return s.memory_used === null
+        ? 'n/a'
+        : `${formatGiB(s.memory_used)} / ${formatGiB(s.memory_total)}`;
     case 'temperature':
       return s.temperature === null ? 'n/a' : `${Math.round(s.temperature)} °C`;
     case 'power':
@@ -209,16 +214,20 @@ function GpuCard({
       </h4>
       {sample.error && <p className="jp-WorkbenchPanel-message">{sample.error}</p>}
       <div className="jp-WorkbenchPanel-figures">
-      {FIELDS.map(({ field, label }) => (
-        <div className="jp-WorkbenchPanel-figure" key={field}>
-          <Gauge label={label} fraction={gaugeFraction(sample, field)} text={figure(sample, field)} />
-          <Sparkline
-            points={history.series(sample.index, field)}
-            label={`GPU ${sample.index} ${label}`}
-            yDomain={field === 'power' ? undefined : PERCENT}
-          />
-        </div>
-      ))}
+        {FIELDS.map(({ field, label }) => (
+          <div className="jp-WorkbenchPanel-figure" key={field}>
+            <Gauge
+              label={label}
+              fraction={gaugeFraction(sample, field)}
+              text={figure(sample, field)}
+            />
+            <Sparkline
+              points={history.series(sample.index, field)}
+              label={`GPU ${sample.index} ${label}`}
+              yDomain={field === 'power' ? undefined : PERCENT}
+            />
+          </div>
+        ))}
       </div>
       <p className="jp-WorkbenchPanel-idle" data-idle-seconds={Math.round(waste.seconds)}>
         Idle {formatSeconds(waste.seconds)}
@@ -241,7 +250,11 @@ function GpuCard({
 
 function NodeGroup({ node }: { node: NodeInfo }): JSX.Element {
   return (
-    <section className="jp-WorkbenchPanel-node" aria-label={`Node ${node.name}`} data-node={node.name}>
+    <section
+      className="jp-WorkbenchPanel-node"
+      aria-label={`Node ${node.name}`}
+      data-node={node.name}
+    >
       <h3>
         Node {node.name} <span className="jp-WorkbenchPanel-meta">({node.backend})</span>
       </h3>
@@ -264,9 +277,14 @@ function NodeGroup({ node }: { node: NodeInfo }): JSX.Element {
 }
 
 function NodeGpuCard({ gpu }: { gpu: NodeGpu }): JSX.Element {
-  const mem = gpu.memory_used !== null && gpu.memory_total ? gpu.memory_used / gpu.memory_total : null;
+  const mem =
+    gpu.memory_used !== null && gpu.memory_total ? gpu.memory_used / gpu.memory_total : null;
   return (
-    <article className="jp-WorkbenchPanel-card" aria-label={`GPU ${gpu.index} ${gpu.name}`} data-gpu={gpu.index}>
+    <article
+      className="jp-WorkbenchPanel-card"
+      aria-label={`GPU ${gpu.index} ${gpu.name}`}
+      data-gpu={gpu.index}
+    >
       <h4>
         GPU {gpu.index} <span className="jp-WorkbenchPanel-gpuName">{gpu.name}</span>
       </h4>
@@ -275,14 +293,19 @@ function NodeGpuCard({ gpu }: { gpu: NodeGpu }): JSX.Element {
         fraction={gpu.utilization === null ? null : gpu.utilization / 100}
         text={gpu.utilization === null ? 'n/a' : `${Math.round(gpu.utilization)}%`}
       />
-      <Gauge label="mem" fraction={mem} text={`${formatGiB(gpu.memory_used)} / ${formatGiB(gpu.memory_total)}`} />
+      <Gauge
+        label="mem"
+        fraction={mem}
+        text={`${formatGiB(gpu.memory_used)} / ${formatGiB(gpu.memory_total)}`}
+      />
       <Gauge
         label="temp"
         fraction={gpu.temperature === null ? null : Math.min(1, gpu.temperature / 100)}
         text={gpu.temperature === null ? 'n/a' : `${Math.round(gpu.temperature)} °C`}
       />
       <p className="jp-WorkbenchPanel-meta">
-        allocated {gpu.allocated} · {gpu.holders.map(h => `${h.job}/${h.rank}`).join(', ') || 'free'}
+        allocated {gpu.allocated} ·{' '}
+        {gpu.holders.map(h => `${h.job}/${h.rank}`).join(', ') || 'free'}
       </p>
     </article>
   );

@@ -31,7 +31,11 @@ export function getSpecs(client: WorkbenchClient): Promise<SpecList> {
 }
 
 /** A job's scalars and GPU samples; `since` (an earlier answer's cursor) asks only newer. */
-export function getMetrics(client: WorkbenchClient, name: string, since?: string): Promise<Metrics> {
+export function getMetrics(
+  client: WorkbenchClient,
+  name: string,
+  since?: string
+): Promise<Metrics> {
   return client.json<Metrics>(
     `Reading the metrics of ${name}`,
     client.url(`jobs/${encodeURIComponent(name)}/metrics`, { since: since || undefined })

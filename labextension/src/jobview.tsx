@@ -105,9 +105,13 @@ export function JobExtras({
   const running = !TERMINAL.has(job.status);
   // What makes the view read the metrics again: the job's record changing (a job frame),
   // and while it runs, each gpu frame (the sampler's tick) - never a timer of our own.
-  const trigger = `${job.status}:${job.finishedAt}:${job.restarts}:${running && feed.gpu ? feed.gpu.gpus.length + ':' + frameTime(feed.gpu.gpus) : ''}`;
+  const gpuTick = running && feed.gpu ? frameTime(feed.gpu.gpus) : '';
+  const trigger = [job.status, job.finishedAt, job.restarts, gpuTick].join(':');
   const { metrics, error } = useMetrics(client, job.name, trigger);
-  const charts = React.useMemo(() => scalarCharts(metrics.scalars as unknown as ScalarLike[]), [metrics.scalars]);
+  const charts = React.useMemo(
+    () => scalarCharts(metrics.scalars as unknown as ScalarLike[]),
+    [metrics.scalars]
+  );
   const devices = jobDevices(job);
   const hostAlerts = ((feed.gpu?.alerts ?? []) as Alert[]).filter(
     a => a.cleared === null && devices.has(a.gpu)
@@ -117,7 +121,11 @@ export function JobExtras({
   return (
     <>
       <OpenInNotebookButton name={job.name} open={openInNotebook} />
-      <section className="jp-WorkbenchPanel-charts" aria-label="Training charts" data-charts={charts.length}>
+      <section
+        className="jp-WorkbenchPanel-charts"
+        aria-label="Training charts"
+        data-charts={charts.length}
+      >
         <h4>Training scalars</h4>
         {error && (
           <div className="jp-WorkbenchPanel-error" role="alert">
@@ -126,7 +134,9 @@ export function JobExtras({
         )}
         {charts.length === 0 && !error && (
           <p className="jp-WorkbenchPanel-empty">
-            {running ? 'No scalars yet: the script reports them with workbench.run.log(step=..., loss=...).' : 'The job logged no scalars.'}
+            {running
+              ? 'No scalars yet: the script reports them with workbench.run.log(step=..., loss=...).'
+              : 'The job logged no scalars.'}
           </p>
         )}
         {charts.map(c => (
@@ -134,7 +144,11 @@ export function JobExtras({
         ))}
       </section>
       <JobGpus records={metrics.gpu} />
-      <section className="jp-WorkbenchPanel-jobAlerts" aria-label="Alerts" data-alerts={hostAlerts.length + jobAlerts.length}>
+      <section
+        className="jp-WorkbenchPanel-jobAlerts"
+        aria-label="Alerts"
+        data-alerts={hostAlerts.length + jobAlerts.length}
+      >
         <h4>Alerts</h4>
         {hostAlerts.length + jobAlerts.length === 0 ? (
           <p className="jp-WorkbenchPanel-empty">None.</p>
@@ -187,7 +201,7 @@ function JobGpus({ records }: { records: GpuRecord[] }): JSX.Element | null {
       <h4>GPUs</h4>
       {[...byGpu.entries()].map(([key, list]) => {
         const s = list[list.length - 1];
-        const ranks = Array.isArray(s.rank) ? s.rank.join(',') : s.rank ?? '';
+        const ranks = Array.isArray(s.rank) ? s.rank.join(',') : (s.rank ?? '');
         return (
           <div key={key} className="jp-WorkbenchPanel-card" data-gpu={s.index}>
             <h4>
@@ -221,7 +235,13 @@ function JobGpus({ records }: { records: GpuRecord[] }): JSX.Element | null {
   );
 }
 
-function OpenInNotebookButton({ name, open }: { name: string; open?: OpenInNotebook }): JSX.Element {
+function OpenInNotebookButton({
+  name,
+  open
+}: {
+  name: string;
+  open?: OpenInNotebook;
+}): JSX.Element {
   const [said, setSaid] = React.useState<{ text: string; failed: boolean } | null>(null);
   const click = (): void => {
     if (!open) {
@@ -230,7 +250,9 @@ function OpenInNotebookButton({ name, open }: { name: string; open?: OpenInNoteb
     }
     open(notebookCode(name))
       .then(text => setSaid({ text, failed: false }))
-      .catch((e: Error) => setSaid({ text: `Opening in a notebook failed: ${e.message}`, failed: true }));
+      .catch((e: Error) =>
+        setSaid({ text: `Opening in a notebook failed: ${e.message}`, failed: true })
+      );
   };
   return (
     <div className="jp-WorkbenchPanel-toolbar">

@@ -17,9 +17,10 @@ export async function insertIntoNotebook(
   if (!panel) {
     // Name the default kernel, or Lab asks which one in a dialog.
     const kernelName = app.serviceManager.kernelspecs.specs?.default;
-    const made = (await app.commands.execute('notebook:create-new', kernelName ? { kernelName } : {})) as
-      | NotebookPanel
-      | undefined;
+    const made = (await app.commands.execute(
+      'notebook:create-new',
+      kernelName ? { kernelName } : {}
+    )) as NotebookPanel | undefined;
     if (!made) throw new Error('JupyterLab did not create a notebook');
     panel = made;
     created = true;

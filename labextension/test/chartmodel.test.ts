@@ -58,7 +58,10 @@ describe('chart scaling', () => {
   });
 
   it('says there is no data when nothing is finite', () => {
-    const layout = layoutChart([{ name: 'loss', points: [{ x: 1, y: NaN }] }], { width: 10, height: 10 });
+    const layout = layoutChart([{ name: 'loss', points: [{ x: 1, y: NaN }] }], {
+      width: 10,
+      height: 10
+    });
     expect(layout.hasData).toBe(false);
     expect(layout.paths[0].d).toBe('');
     expect(layout.yTicks).toEqual([]);
@@ -66,7 +69,15 @@ describe('chart scaling', () => {
 
   it('keeps a fixed percentage domain when given one', () => {
     const layout = layoutChart(
-      [{ name: 'util', points: [{ x: 0, y: 50 }, { x: 1, y: 150 }] }],
+      [
+        {
+          name: 'util',
+          points: [
+            { x: 0, y: 50 },
+            { x: 1, y: 150 }
+          ]
+        }
+      ],
       { width: 10, height: 100, pad: { left: 0, right: 0, top: 0, bottom: 0 } },
       { min: 0, max: 100 }
     );
@@ -75,14 +86,20 @@ describe('chart scaling', () => {
 
   it('puts round ticks inside the domain', () => {
     expect(niceTicks({ min: 0, max: 1 })).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
-    expect(niceTicks({ min: 0, max: 1 }, 10)).toEqual([0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1]);
+    expect(niceTicks({ min: 0, max: 1 }, 10)).toEqual([
+      0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1
+    ]);
     expect(niceTicks({ min: 0.13, max: 2.4 })).toEqual([0.5, 1, 1.5, 2]);
     expect(niceTicks({ min: -3, max: 7 })).toEqual([-2, 0, 2, 4, 6]);
     expect(niceTicks({ min: 5, max: 5 })).toEqual([5]);
   });
 
   it('draws nothing for a lone non-finite x', () => {
-    const d = linePath([{ x: NaN, y: 1 }], v => v, v => v);
+    const d = linePath(
+      [{ x: NaN, y: 1 }],
+      v => v,
+      v => v
+    );
     expect(d).toEqual({ d: '', drawn: 0, skipped: 1 });
   });
 

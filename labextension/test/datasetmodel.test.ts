@@ -13,8 +13,16 @@ import {
 
 describe('the datasets path model', () => {
   it('splits URLs and local paths', () => {
-    expect(parseDataUrl('s3://bucket/a//b/')).toEqual({ prefix: 's3://', parts: ['bucket', 'a', 'b'], absolute: false });
-    expect(parseDataUrl('/data/imagenet')).toEqual({ prefix: '', parts: ['data', 'imagenet'], absolute: true });
+    expect(parseDataUrl('s3://bucket/a//b/')).toEqual({
+      prefix: 's3://',
+      parts: ['bucket', 'a', 'b'],
+      absolute: false
+    });
+    expect(parseDataUrl('/data/imagenet')).toEqual({
+      prefix: '',
+      parts: ['data', 'imagenet'],
+      absolute: true
+    });
     expect(normalizeUrl('oss://b/x/')).toBe('oss://b/x');
     expect(normalizeUrl('/')).toBe('/');
   });
@@ -41,8 +49,12 @@ describe('the datasets path model', () => {
       { label: 'y', url: 's3://b/x/y' },
       { label: 'z', url: 's3://b/x/y/z' }
     ]);
-    expect(breadcrumbs('/srv/data', '/srv/data')).toEqual([{ label: '/srv/data', url: '/srv/data' }]);
-    expect(breadcrumbs('gs://elsewhere/a', 's3://b')).toEqual([{ label: 'gs://elsewhere/a', url: 'gs://elsewhere/a' }]);
+    expect(breadcrumbs('/srv/data', '/srv/data')).toEqual([
+      { label: '/srv/data', url: '/srv/data' }
+    ]);
+    expect(breadcrumbs('gs://elsewhere/a', 's3://b')).toEqual([
+      { label: 'gs://elsewhere/a', url: 'gs://elsewhere/a' }
+    ]);
   });
 
   it('shows short names, folders first, and sizes as the CLI prints them', () => {
@@ -54,13 +66,13 @@ describe('the datasets path model', () => {
       { name: 's3://b/x/a.csv', type: 'file' }
     ]);
     expect(sorted.map(e => baseName(e.name))).toEqual(['b', 'a.csv', 'z.csv']);
-    expect([formatSize(0), formatSize(999), formatSize(1500), formatSize(2_000_000), formatSize(3e15)]).toEqual([
-      '0 B',
-      '999 B',
-      '1.5 KB',
-      '2.0 MB',
-      '3000.0 TB'
-    ]);
+    expect([
+      formatSize(0),
+      formatSize(999),
+      formatSize(1500),
+      formatSize(2_000_000),
+      formatSize(3e15)
+    ]).toEqual(['0 B', '999 B', '1.5 KB', '2.0 MB', '3000.0 TB']);
     expect(formatSize(NaN)).toBe('–');
   });
 });

@@ -44,7 +44,10 @@ describe('GpuHistory (the sparklines)', () => {
     const h = new GpuHistory();
     h.addSnapshot({
       gpus: [sample(0, 3), sample(1, 3)],
-      history: { '0': [sample(0, 1), sample(0, 2), sample(0, 3)], '1': [sample(1, 2), sample(1, 3)] }
+      history: {
+        '0': [sample(0, 1), sample(0, 2), sample(0, 3)],
+        '1': [sample(1, 2), sample(1, 3)]
+      }
     });
     expect(h.indices()).toEqual([0, 1]);
     expect(h.samples(0).map(s => s.time)).toEqual([1, 2, 3]);
@@ -72,16 +75,27 @@ describe('GpuHistory (the sparklines)', () => {
 
   it('ignores samples without an index or time', () => {
     const h = new GpuHistory();
-    h.add([{ ...sample(0, 1), time: undefined as unknown as number }, null as unknown as GpuSample]);
+    h.add([
+      { ...sample(0, 1), time: undefined as unknown as number },
+      null as unknown as GpuSample
+    ]);
     expect(h.indices()).toEqual([]);
   });
 
   it('turns memory into a percent and a missing figure into a gap in the sparkline', () => {
     const h = new GpuHistory();
-    h.add([sample(0, 1), sample(0, 2, { memory_used: null }), sample(0, 3, { memory_used: 40 * GiB })]);
+    h.add([
+      sample(0, 1),
+      sample(0, 2, { memory_used: null }),
+      sample(0, 3, { memory_used: 40 * GiB })
+    ]);
     const points = h.series(0, 'memory');
     expect(points.map(p => p.y)).toEqual([25, null, 50]);
-    const layout = layoutChart([{ name: 'mem', points }], { width: 100, height: 100 }, { min: 0, max: 100 });
+    const layout = layoutChart(
+      [{ name: 'mem', points }],
+      { width: 100, height: 100 },
+      { min: 0, max: 100 }
+    );
     expect(layout.paths[0]).toMatchObject({ drawn: 2, skipped: 1 });
   });
 });
@@ -126,7 +140,13 @@ describe('idle-GPU waste', () => {
   });
 
   it('takes the cheapest whole-GPU spec of the model from the catalogue', () => {
-    const spec = (name: string, model: string | null, gpus: number, price: number, shared = false): InstanceSpec => ({
+    const spec = (
+      name: string,
+      model: string | null,
+      gpus: number,
+      price: number,
+      shared = false
+    ): InstanceSpec => ({
       name,
       gpus_per_worker: gpus,
       gpu_model: model,
