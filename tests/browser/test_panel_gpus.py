@@ -222,6 +222,9 @@ def test_gpus_tab_cards_job_charts_and_dark_theme(
     cell = page.locator(".jp-Notebook .jp-Cell .jp-InputArea-editor").first
     cell.wait_for(timeout=30_000)
     assert 'workbench.get("charted")' in cell.inner_text(), cell.inner_text()
+    # Let its kernel finish starting: a server stopped mid-launch waits out the fixture's
+    # 15 s before it is killed.
+    page.locator(".jp-StatusBar-TextItem", has_text="Idle").first.wait_for(timeout=60_000)
 
 
 @pytest.mark.slow
