@@ -85,9 +85,10 @@ export function GpusTab({ feed, client }: { feed: JobFeed; client: WorkbenchClie
   const reason = frame ? frame.reason : (loaded?.reason ?? null);
   const alerts = (frame?.alerts as Alert[] | undefined) ?? loaded?.alerts ?? [];
 
-  // On a cluster, node figures change as jobs come and go: re-read them on job changes.
-  const jobsVersion = feed.table.size + ':' + feed.table.counts()['Running'];
   const cluster = loaded ? isCluster(loaded.nodes) : false;
+  // On a cluster, node figures change as jobs come and go: re-read them on job changes
+  // (counted only there: a local host's cards come from the gpu frames).
+  const jobsVersion = cluster ? `${feed.table.size}:${feed.table.counts()['Running'] ?? 0}` : '';
   React.useEffect(() => {
     if (!cluster) return;
     getNodes(client)
