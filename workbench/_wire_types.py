@@ -469,6 +469,35 @@ class DatasetListing(TypedDict):
     entries: Annotated[list[DatasetEntry], _d("the objects and folders directly under it")]
 
 
+class DatasetStore(TypedDict):
+    """A store the Datasets tab offers (WorkbenchApp.dataset_stores)."""
+
+    url: Annotated[str, _d("the store's URL or local folder")]
+    scheme: Annotated[str, _d("s3, oss, gs, nas, file, ...")]
+
+
+class DatasetStores(TypedDict):
+    """GET /workbench/api/datasets/stores."""
+
+    stores: Annotated[list[DatasetStore], _d("the configured stores, else the server's root")]
+
+
+class DatasetUsage(TypedDict):
+    """GET /workbench/api/datasets/usage?url=... (`workbench data du`)."""
+
+    url: Annotated[str, _d("the URL sized up")]
+    bytes: Annotated[int, _d("total bytes of the objects under it")]
+    files: Annotated[int, _d("how many objects are under it")]
+
+
+class DatasetPreview(TypedDict):
+    """GET /workbench/api/datasets/preview?url=... (`workbench data head`)."""
+
+    url: Annotated[str, _d("the file previewed")]
+    lines: Annotated[int, _d("the rows or lines asked for")]
+    preview: Annotated[str, _d("its first rows (CSV, Parquet) or lines, or a note on binary")]
+
+
 # Open records: the script names its scalars (numbers, text, true/false, null).
 OPEN = {"ScalarRecord": {"type": ["number", "string", "boolean", "null"]}}
 TYPES: tuple[type, ...] = (
@@ -480,4 +509,7 @@ TYPES: tuple[type, ...] = (
     SpecList,
     Metrics,
     DatasetListing,
+    DatasetStores,
+    DatasetUsage,
+    DatasetPreview,
 )

@@ -6,13 +6,18 @@ import {
 } from '@jupyterlab/application';
 import { ICommandPalette, ReactWidget } from '@jupyterlab/apputils';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { ServerConnection } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import type { Message } from '@lumino/messaging';
 import * as React from 'react';
 
+import { DatasetsTab } from './datasets';
 import { JobFeed } from './feed';
+import { GpusTab } from './gpus';
 import { gpuIcon } from './icon';
+import type { OpenInNotebook } from './jobview';
+import { insertIntoNotebook } from './notebook';
 import { JobsTab, PanelErrorBoundary } from './panel';
 import type { RawJob } from './models';
 import { WorkbenchClient } from './request';
@@ -27,11 +32,12 @@ export namespace CommandIDs {
   export const openJobs = 'workbench:open-jobs';
   /** The Submit tab; args {path}: the script to fill (the file browser's .py item). */
   export const openSubmit = 'workbench:open-submit';
+  export const openGpus = 'workbench:open-gpus';
 }
 
 const PANEL_ID = 'jp-workbench-panel';
 
-/** The side panel: the Jobs and Submit tabs over one feed (one socket per browser tab). */
+/** The side panel: its tabs over one feed (one socket per browser tab). */
 class WorkbenchPanel extends ReactWidget {
   settings: PanelSettings = DEFAULT_SETTINGS;
   /** The tab in view (the palette commands switch it). */
@@ -43,7 +49,8 @@ class WorkbenchPanel extends ReactWidget {
 
   constructor(
     readonly feed: JobFeed,
-    readonly client: WorkbenchClient
+    readonly client: WorkbenchClient,
+    readonly openInNotebook?: OpenInNotebook
   ) {
     super();
     this.id = PANEL_ID;
@@ -104,10 +111,11 @@ class WorkbenchPanel extends ReactWidget {
             key: `jobs-${this.opened?.n ?? 0}`,
             feed: this.feed,
             client: this.client,
-            initial: this.opened?.name ?? null
+            initial: this.opened?.name ?? null,
+            openInNotebook: this.openInNotebook
           })
       },
-      // GPUs (lane gpus) goes here: Jobs, GPUs, Submit, Datasets.
+      { id: 'gpus', label: 'GPUs', render: () => React.createElement(GpusTab, { feed: this.feed, client: this.client }) },
       {
         id: 'submit',
         label: 'Submit',
@@ -117,7 +125,8 @@ class WorkbenchPanel extends ReactWidget {
             prefill: this.prefill,
             onSubmitted: (job: RawJob) => this.openJob(job)
           })
-      }
+      },
+      { id: 'datasets', label: 'Datasets', render: () => React.createElement(DatasetsTab, { client: this.client }) }
     ];
     return React.createElement(
       SettingsContext.Provider,
@@ -140,14 +149,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Workbench jobs in a JupyterLab side panel.',
   autoStart: true,
   requires: [ILabShell],
-  optional: [ICommandPalette, ILayoutRestorer, ISettingRegistry, IDefaultFileBrowser],
+  optional: [ICommandPalette, ILayoutRestorer, ISettingRegistry, IDefaultFileBrowser, INotebookTracker],
   activate: (
     app: JupyterFrontEnd,
     shell: ILabShell,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
     registry: ISettingRegistry | null,
-    browser: IDefaultFileBrowser | null
+    browser: IDefaultFileBrowser | null,
+    notebooks: INotebookTracker | null
   ) => {
     const settings = ServerConnection.makeSettings();
     const client = new WorkbenchClient(settings.baseUrl, (url, init) =>
@@ -160,7 +170,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
       // The browser's WebSocket has the members SocketLike names (its handlers take richer events).
       url => new settings.WebSocket(url) as unknown as SocketLike
     );
-    const panel = new WorkbenchPanel(feed, client);
+    const panel = new WorkbenchPanel(
+      feed,
+      client,
+      notebooks ? code => insertIntoNotebook(app, notebooks, code) : undefined
+    );
     shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, PANEL_ID);
 
@@ -178,9 +192,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Workbench: Open jobs panel',
       caption: 'Show the workbench jobs in the left sidebar',
       icon: gpuIcon,
-      execute: () => shell.activateById(PANEL_ID)
+      execute: () => {
+        panel.showTab('jobs');
+        shell.activateById(PANEL_ID);
+      }
     });
     palette?.addItem({ command: CommandIDs.openJobs, category: 'Workbench' });
+    app.commands.addCommand(CommandIDs.openGpus, {
+      label: 'Workbench: Open GPUs',
+      caption: "Show this host's (or the cluster's) GPUs in the workbench panel",
+      icon: gpuIcon,
+      execute: () => {
+        panel.showTab('gpus');
+        shell.activateById(PANEL_ID);
+      }
+    });
+    palette?.addItem({ command: CommandIDs.openGpus, category: 'Workbench' });
 
     app.commands.addCommand(CommandIDs.openSubmit, {
       label: args => (args['fromBrowser'] ? 'Train with workbench' : 'Workbench: Open submit form'),

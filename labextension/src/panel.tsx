@@ -15,6 +15,7 @@ import {
   visibleRange,
   type JobView
 } from './models';
+import { JobExtras, type OpenInNotebook } from './jobview';
 import type { WorkbenchClient } from './request';
 import { SettingsContext } from './settings';
 
@@ -49,7 +50,7 @@ function StatusBadge({ status }: { status: string }): JSX.Element {
   );
 }
 
-function ErrorBox({ message, onRetry }: { message: string; onRetry?: () => void }): JSX.Element {
+export function ErrorBox({ message, onRetry }: { message: string; onRetry?: () => void }): JSX.Element {
   return (
     <div className="jp-WorkbenchPanel-error" role="alert">
       <span>{message}</span>
@@ -92,11 +93,13 @@ export function JobsTab({
   feed,
   client,
   onOpen,
+  openInNotebook,
   initial = null
 }: {
   feed: JobFeed;
   client: WorkbenchClient;
   onOpen?: (name: string | null) => void;
+  openInNotebook?: OpenInNotebook;
   /** The job whose view opens first (a job just submitted from the Submit tab). */
   initial?: string | null;
 }): JSX.Element {
@@ -108,7 +111,14 @@ export function JobsTab({
   return selected === null ? (
     <JobList feed={feed} onOpen={open} />
   ) : (
-    <JobDetail feed={feed} client={client} name={selected} onBack={() => open(null)} onOpen={open} />
+    <JobDetail
+      feed={feed}
+      client={client}
+      name={selected}
+      onBack={() => open(null)}
+      onOpen={open}
+      openInNotebook={openInNotebook}
+    />
   );
 }
 
@@ -264,13 +274,15 @@ function JobDetail({
   client,
   name,
   onBack,
-  onOpen
+  onOpen,
+  openInNotebook
 }: {
   feed: JobFeed;
   client: WorkbenchClient;
   name: string;
   onBack: () => void;
   onOpen: (name: string) => void;
+  openInNotebook?: OpenInNotebook;
 }): JSX.Element {
   const version = useSubscription(React.useCallback(fn => feed.table.subscribe(fn), [feed]));
   const now = useNow(5000);
@@ -360,6 +372,7 @@ function JobDetail({
             </p>
           )}
           <RankTable job={job} />
+          <JobExtras client={client} feed={feed} job={job} openInNotebook={openInNotebook} />
           <LogView client={client} job={job} />
           <EventList job={job} />
         </>

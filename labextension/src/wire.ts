@@ -11,6 +11,10 @@ export interface WireModel {
   Capabilities: Capabilities;
   DatasetEntry: DatasetEntry;
   DatasetListing: DatasetListing;
+  DatasetPreview: DatasetPreview;
+  DatasetStore: DatasetStore;
+  DatasetStores: DatasetStores;
+  DatasetUsage: DatasetUsage;
   Error: Error;
   EventGpu: EventGpu;
   EventHello: EventHello;
@@ -192,6 +196,74 @@ export interface DatasetListing {
    * the objects and folders directly under it
    */
   entries: DatasetEntry[];
+}
+/**
+ * GET /workbench/api/datasets/preview?url=... (`workbench data head`).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetPreview".
+ */
+export interface DatasetPreview {
+  /**
+   * the file previewed
+   */
+  url: string;
+  /**
+   * the rows or lines asked for
+   */
+  lines: number;
+  /**
+   * its first rows (CSV, Parquet) or lines, or a note on binary
+   */
+  preview: string;
+}
+/**
+ * A store the Datasets tab offers (WorkbenchApp.dataset_stores).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetStore".
+ */
+export interface DatasetStore {
+  /**
+   * the store's URL or local folder
+   */
+  url: string;
+  /**
+   * s3, oss, gs, nas, file, ...
+   */
+  scheme: string;
+}
+/**
+ * GET /workbench/api/datasets/stores.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetStores".
+ */
+export interface DatasetStores {
+  /**
+   * the configured stores, else the server's root
+   */
+  stores: DatasetStore[];
+}
+/**
+ * GET /workbench/api/datasets/usage?url=... (`workbench data du`).
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "DatasetUsage".
+ */
+export interface DatasetUsage {
+  /**
+   * the URL sized up
+   */
+  url: string;
+  /**
+   * total bytes of the objects under it
+   */
+  bytes: number;
+  /**
+   * how many objects are under it
+   */
+  files: number;
 }
 /**
  * Every error body (the server's error_reply): never a stack trace.

@@ -1,2 +1,3 @@
 import './base.css';
+import './gpus.css';
 import './submit.css';

@@ -176,6 +176,10 @@ def test_submit_form_runs_a_2_worker_job_and_names_bad_fields(
     (lab.root / "go-on").touch()
     detail.locator('.jp-WorkbenchPanel-title [data-status="Succeeded"]').wait_for(timeout=90_000)
     assert manager.get(JOB).status.value == "Succeeded"
+    # The job's loss, logged by both ranks through run.log, is drawn: 3 points a rank.
+    loss = detail.locator('figure[data-chart="loss"]')
+    for rank in (0, 1):
+        loss.locator(f'path[data-series="rank {rank}"][data-drawn="3"]').wait_for(timeout=30_000)
     ranks = detail.locator(".jp-WorkbenchPanel-ranks tbody tr")
     assert ranks.count() == 2
     log = detail.get_by_label("Log text")

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Float, Int, TraitError, Unicode, validate
+from traitlets import Float, Int, List, TraitError, Unicode, validate
 
 from ..manager import JobManager
 from ..settings import Settings
+from ._datasets import DatasetPreviewHandler, DatasetStoresHandler, DatasetUsageHandler
 from ._gpu import GpuMonitor
 from .events import EventHub, EventStreamHandler
 from .handlers import (
@@ -103,6 +104,13 @@ class WorkbenchApp(ExtensionApp):
         help="Percent of GPU memory in use at or above which the monitor raises an alert. "
         "None: the monitor's default (WORKBENCH_GPU_ALERTS, else 95).",
     )
+    dataset_stores = List(
+        Unicode(),
+        default_value=[],
+        config=True,
+        help="Data URLs the panel's Datasets tab offers to browse (s3://bucket/prefix, "
+        "oss://..., a local folder). Empty: the server's root folder.",
+    )
     api_threads = Int(
         16,
         config=True,
@@ -181,6 +189,7 @@ class WorkbenchApp(ExtensionApp):
             default_runtime=self.default_runtime,
             history_seconds=self.gpu_history_seconds,
             max_log_followers=self.max_log_followers,
+            dataset_stores=tuple(self.dataset_stores),
         )
         self.settings["workbench"] = self._context
         self.log.info("workbench: jobs in %s, default backend %s", settings.home, settings.backend)
@@ -197,6 +206,9 @@ class WorkbenchApp(ExtensionApp):
             (f"{API}/nodes", NodesHandler),
             (f"{API}/backends", BackendsHandler),
             (f"{API}/datasets", DatasetsHandler),
+            (f"{API}/datasets/stores", DatasetStoresHandler),
+            (f"{API}/datasets/usage", DatasetUsageHandler),
+            (f"{API}/datasets/preview", DatasetPreviewHandler),
             (f"{API}/images", ImagesHandler),
             (f"{API}/specs", SpecsHandler),
             (f"{API}/events", EventStreamHandler),

@@ -68,6 +68,7 @@ class WorkbenchContext:
     root_dir: Path
     default_runtime: str = ""
     history_seconds: float = 600.0
+    dataset_stores: tuple[str, ...] = ()  # URLs the Datasets tab starts from
     max_log_followers: int = 256
     followers: int = 0
     followers_lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)

@@ -1,0 +1,94 @@
+"""The Datasets tab's routes: the configured stores, a size-up and a preview of one URL.
+
+``GET datasets?url=`` (handlers.py) lists; these add what ``workbench data du/head`` give,
+over the same ``workbench.data`` functions, so the panel and the CLI agree.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..errors import BackendUnavailableError, MountError, SpecError
+from ..redaction import redact_url
+from .handlers import WorkbenchHandler
+
+PREVIEW_LINES_MAX = 200
+
+
+def _data_function(name: str) -> Any:
+    """``workbench.data.<name>``, looked up at run time (the data package is optional)."""
+    try:
+        return getattr(importlib.import_module("workbench.data"), name)
+    except (ImportError, AttributeError):
+        raise BackendUnavailableError(
+            "data",
+            f"dataset browsing is not available in this install (workbench.data.{name} is missing)",
+            "upgrade jupyter-gpu-workbench to a version with the data package",
+        ) from None
+
+
+class _UrlHandler(WorkbenchHandler):
+    """A route that takes ?url= and calls one workbench.data function on it."""
+
+    def url_arg(self) -> str:
+        """The required ?url=, or a 400 naming it."""
+        url = self.get_argument("url", "").strip()
+        if not url:
+            raise SpecError("url", "is required", "give the URL, e.g. ?url=s3://bucket/data")
+        return url
+
+    async def data_call(self, name: str, url: str, **kwargs: Any) -> Any:
+        """Run ``workbench.data.<name>(url)`` off the loop; a MountError is about the URL."""
+        fn = _data_function(name)
+        try:
+            return await self.call(fn, url, settings=self.manager.settings, **kwargs)
+        except MountError as e:  # unknown scheme, missing object, no access
+            raise SpecError("url", str(e), "check the URL and the storage credentials") from None
+
+
+class DatasetStoresHandler(WorkbenchHandler):
+    """GET the stores the Datasets tab starts from (WorkbenchApp.dataset_stores)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """{"stores": [{"url", "scheme"}]}: the configured URLs, else the Jupyter root folder."""
+        urls = list(self.wb.dataset_stores) or [str(self.wb.root_dir)]
+        # Credentials belong in the storage config, never in an answer: a URL's are masked.
+        self.reply({"stores": [{"url": redact_url(u), "scheme": _scheme(u)} for u in urls]})
+
+
+class DatasetUsageHandler(_UrlHandler):
+    """GET total bytes and object count under a URL (`workbench data du`)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """?url=...: {"url", "bytes", "files"}."""
+        url = self.url_arg()
+        usage = await self.data_call("du", url)
+        self.reply(
+            {"url": redact_url(url), "bytes": int(usage["bytes"]), "files": int(usage["files"])}
+        )
+
+
+class DatasetPreviewHandler(_UrlHandler):
+    """GET the first lines (rows) of a file under a URL (`workbench data head`)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """?url=...&lines=N (1..200, default 10): {"url", "lines", "preview"}."""
+        url = self.url_arg()
+        lines = self.int_arg("lines", 10, 1, PREVIEW_LINES_MAX)
+        text = await self.data_call("head", url, n=lines)
+        self.reply({"url": redact_url(url), "lines": lines, "preview": str(text)})
+
+
+def _scheme(url: str) -> str:
+    """``s3`` for s3://..., ``file`` for a plain path."""
+    return url.split("://", 1)[0] if "://" in url else "file"
