@@ -26,7 +26,7 @@ from workbench.manager import JobManager
 from workbench.spec import TrainSpec
 
 from .conftest import Lab
-from .test_panel import IMAGES, _luminance, _palette, _row, panel_extension  # noqa: F401
+from .test_panel import IMAGES, _luminance, _palette, _row
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_PKG = ROOT / "tests" / "fakes" / "nvml_pkg"
@@ -112,7 +112,7 @@ def fake_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def gpu_lab(
     this_build: None,
     fake_gpus: Path,
-    panel_extension: Path,  # noqa: F811 - the fixture imported from test_panel
+    panel_extension: Path,
     jupyter_lab: Lab,
 ) -> Iterator[Lab]:
     """JupyterLab with the panel, on a fake 2-GPU host."""
@@ -120,7 +120,7 @@ def gpu_lab(
 
 
 @pytest.fixture
-def plain_lab(this_build: None, panel_extension: Path, jupyter_lab: Lab) -> Iterator[Lab]:  # noqa: F811
+def plain_lab(this_build: None, panel_extension: Path, jupyter_lab: Lab) -> Iterator[Lab]:
     """JupyterLab with the panel, on this GPU-less host."""
     yield jupyter_lab
 
