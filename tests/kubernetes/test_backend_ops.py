@@ -91,11 +91,11 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
     jp_server_config: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same 2-rank job, once local and once on the fake cluster: the job widget,
-    %gpu_jobs, `workbench list/get/logs/top` and GET /workbench/api/jobs/NAME show both
-    alike (fields, ranks, logs), while running and when done."""
+    %gpu_jobs, %gpu_top, `workbench list/get/logs/top --backend` and GET
+    /workbench/api/jobs/NAME show both alike (fields, ranks, logs), while running and when
+    done."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from tests.server.conftest import validate_response
@@ -119,12 +119,22 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
     assert sorted(active) == ["here", "there"]
     assert _shape(active["here"]) == _shape(active["there"])
     here = json.loads(_cli(capsys, "top", "-o", "json"))  # the default backend's nodes
-    monkeypatch.setenv("WORKBENCH_BACKEND", "kubernetes")  # `top` on a cluster
-    nodes = json.loads(_cli(capsys, "top", "-o", "json"))
-    monkeypatch.delenv("WORKBENCH_BACKEND")
+    nodes = json.loads(_cli(capsys, "top", "--backend", "kubernetes", "-o", "json"))
     on_cluster = [j["name"] for n in nodes for j in n["active_jobs"]]
     assert {n["backend"] for n in nodes} == {"kubernetes"} and on_cluster == ["there"]
     assert [n["backend"] for n in here] == ["local"] and sorted(here[0]) == sorted(nodes[0])
+    text = _cli(capsys, "top", "--backend", "kubernetes")
+    assert f"Host {nodes[0]['name']} (kubernetes)" in text and "(local)" not in text
+    cluster_jobs = json.loads(_cli(capsys, "top", "job", "--backend", "kubernetes", "-o", "json"))
+    assert [r["name"] for r in cluster_jobs] == ["there"]
+    assert cli_main(["top", "--backend", "nosuch"]) == 2  # one line naming the field
+    assert "backend" in capsys.readouterr().err
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    capsys.readouterr()
+    shell.run_line_magic("gpu_top", "--backend kubernetes")
+    magic_top = capsys.readouterr().out
+    assert f"Host {nodes[0]['name']} (kubernetes)" in magic_top and "(local)" not in magic_top
     gate.touch()
     deadline = time.monotonic() + 90
     while {r.status for r in m.list()} != {JobStatus.SUCCEEDED}:
@@ -151,8 +161,6 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
             "[rank 0] rank 0 line 0", "[rank 0] rank 0 line 1",
             "[rank 1] rank 1 line 0", "[rank 1] rank 1 line 1"]  # fmt: skip
     # %gpu_jobs
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "workbench")
     capsys.readouterr()
     shell.run_line_magic("gpu_jobs", "")
     magic = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]
