@@ -114,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("top", help="GPUs on this host and their allocation to jobs")
     t.add_argument("what", nargs="?", choices=["node", "job"], default="node")
+    t.add_argument(
+        "--backend",
+        help="whose nodes (and active jobs) to show, e.g. kubernetes (default: the configured "
+        "backend)",
+    )
     _output_flag(t)
 
     from .data_cli import add_data_parser
@@ -278,17 +283,19 @@ def run(ns: argparse.Namespace, command: list[str]) -> int:
             print(queue_table(entries))
         return 0
     if verb == "top":
-        nodes = m.nodes()
         if ns.what == "job":
             records = m.list(status=list(ACTIVE_STATUSES))
+            if ns.backend:  # one backend's jobs; an unknown name fails as `top node` does
+                m.backend(ns.backend)
+                records = [r for r in records if r.backend == ns.backend]
             if ns.fmt == "json":
                 _print_json([r.to_dict() for r in records])
             else:
                 print(jobs_table(records, wide=True))
         elif ns.fmt == "json":
-            _print_json([n.to_dict() for n in nodes])
+            _print_json([n.to_dict() for n in m.nodes(ns.backend)])
         else:
-            print(top_text(nodes))
+            print(top_text(m.nodes(ns.backend)))
         return 0
     if verb == "images":
         images = m.catalog.images

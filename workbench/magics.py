@@ -304,13 +304,21 @@ class WorkbenchMagics(Magics):
         """GPUs on this host and which jobs hold them (``%gpu_top job``: active jobs)."""
         p = _MagicParser(prog="gpu_top", description="GPUs and their allocation.")
         p.add_argument("what", nargs="?", choices=["node", "job"], default="node")
+        p.add_argument("--backend", help="whose nodes and jobs, e.g. kubernetes (default: local)")
         ns = p.parse_args(_split(line, "gpu_top"))
 
         m = default_manager()
-        if ns.what == "job":
-            print(jobs_table(m.list(status=list(ACTIVE_STATUSES)), wide=True))
-        else:
-            print(top_text(m.nodes()))
+        try:
+            if ns.what == "job":
+                records = m.list(status=list(ACTIVE_STATUSES))
+                if ns.backend:
+                    m.backend(ns.backend)  # an unknown name is a one-line error, not no rows
+                    records = [r for r in records if r.backend == ns.backend]
+                print(jobs_table(records, wide=True))
+            else:
+                print(top_text(m.nodes(ns.backend)))
+        except WorkbenchError as e:
+            raise UsageError(f"%gpu_top: {_notebook_hints(str(e))}") from None
 
     @line_magic
     def gpu_monitor(self, line: str = "") -> Any:

@@ -91,11 +91,11 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
     jp_server_config: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same 2-rank job, once local and once on the fake cluster: the job widget,
-    %gpu_jobs, `workbench list/get/logs/top` and GET /workbench/api/jobs/NAME show both
-    alike (fields, ranks, logs), while running and when done."""
+    %gpu_jobs, %gpu_top, `workbench list/get/logs/top --backend` and GET
+    /workbench/api/jobs/NAME show both alike (fields, ranks, logs), while running and when
+    done."""
     from IPython.core.interactiveshell import InteractiveShell
 
     from tests.server.conftest import validate_response
@@ -119,12 +119,22 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
     assert sorted(active) == ["here", "there"]
     assert _shape(active["here"]) == _shape(active["there"])
     here = json.loads(_cli(capsys, "top", "-o", "json"))  # the default backend's nodes
-    monkeypatch.setenv("WORKBENCH_BACKEND", "kubernetes")  # `top` on a cluster
-    nodes = json.loads(_cli(capsys, "top", "-o", "json"))
-    monkeypatch.delenv("WORKBENCH_BACKEND")
+    nodes = json.loads(_cli(capsys, "top", "--backend", "kubernetes", "-o", "json"))
     on_cluster = [j["name"] for n in nodes for j in n["active_jobs"]]
     assert {n["backend"] for n in nodes} == {"kubernetes"} and on_cluster == ["there"]
     assert [n["backend"] for n in here] == ["local"] and sorted(here[0]) == sorted(nodes[0])
+    text = _cli(capsys, "top", "--backend", "kubernetes")
+    assert f"Host {nodes[0]['name']} (kubernetes)" in text and "(local)" not in text
+    cluster_jobs = json.loads(_cli(capsys, "top", "job", "--backend", "kubernetes", "-o", "json"))
+    assert [r["name"] for r in cluster_jobs] == ["there"]
+    assert cli_main(["top", "--backend", "nosuch"]) == 2  # one line naming the field
+    assert "backend" in capsys.readouterr().err
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "workbench")
+    capsys.readouterr()
+    shell.run_line_magic("gpu_top", "--backend kubernetes")
+    magic_top = capsys.readouterr().out
+    assert f"Host {nodes[0]['name']} (kubernetes)" in magic_top and "(local)" not in magic_top
     gate.touch()
     deadline = time.monotonic() + 90
     while {r.status for r in m.list()} != {JobStatus.SUCCEEDED}:
@@ -151,8 +161,6 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
             "[rank 0] rank 0 line 0", "[rank 0] rank 0 line 1",
             "[rank 1] rank 1 line 0", "[rank 1] rank 1 line 1"]  # fmt: skip
     # %gpu_jobs
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "workbench")
     capsys.readouterr()
     shell.run_line_magic("gpu_jobs", "")
     magic = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]
@@ -172,3 +180,53 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
             wdg.close()
     assert views["here"] == views["there"] == (["Succeeded"], ["0", "1"], views["here"][2])
     assert "line" in views["there"][2]
+
+
+# ---- the in-image agent's GPU alerts ----------------------------------------------------------
+def test_agent_alerts_in_a_pod_become_job_events_once(
+    jobs: JobManager, cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A pod whose output carries the agent's alert frames (raised, then cleared): the
+    job's events show both, named as the local host recorder names them, once each, even
+    when the copy is redone; the frames stay out of the log and land in agent-rank0.jsonl."""
+    from workbench.monitor.alerts import Alert
+    from workbench.monitor.stream import format_metric_line
+
+    alert = Alert("temperature", 0, "GPU-1", "warning", "GPU 0 at 91 C (>= 85 C)", 91.0, 85.0,
+                  since=1000.5)  # fmt: skip
+    cleared = Alert(**{**alert.to_dict(), "cleared": 1060.25})
+    base = {"v": 1, "host": "pod", "rank": 0, "job": "hot", "kind": "alert"}
+    frames = tmp_path / "frames.txt"
+    frames.write_text("before\n" + "".join(
+        format_metric_line({**base, "active": a.cleared is None, "alert": a.to_dict()})
+        for a in (alert, cleared)) + "after\n")  # fmt: skip
+    echo = "import os, sys; sys.stdout.write(open(os.environ['FRAMES']).read())"
+    jobs.submit(spec(["python", "-c", echo], name="hot", workers=1, env={"FRAMES": str(frames)}))
+    final = jobs.wait("hot", timeout=90)
+    assert final.status is JobStatus.SUCCEEDED, final.message
+
+    def alerts() -> list[tuple[float, str, str, str]]:
+        return [(e.time, e.reason, e.message, e.level) for e in jobs.get("hot").events
+                if e.reason.startswith("GpuAlert")]  # fmt: skip
+
+    want = [(1000.5, "GpuAlert:temperature", "rank 0: GPU 0 at 91 C (>= 85 C)", "warning"),
+            (1060.25, "GpuAlertCleared:temperature", "rank 0: cleared: GPU 0 at 91 C (>= 85 C)",
+             "info")]  # fmt: skip
+    assert alerts() == want
+    assert list(jobs.logs("hot", rank=0)) == ["before", "after"]
+    job_dir = Path(final.job_dir or "")
+    records = [
+        json.loads(x) for x in (job_dir / "metrics" / "agent-rank0.jsonl").read_text().splitlines()
+    ]
+    assert [(r["kind"], r["active"]) for r in records] == [("alert", True), ("alert", False)]
+
+    # A copy cut short (no marker) is redone: the same records, no second set of events.
+    backend: Any = jobs.backend("kubernetes")
+    _, pod_logs, sync = backend._of(final)
+    mark = job_dir / "logs" / ".copied-rank-0"
+    mark.unlink()
+    again = pod_logs.save(final.details["namespace"], str(job_dir),
+                          pod_logs.pods_by_rank(final), final.attempt)  # fmt: skip
+    assert mark.exists() and [e.reason for e in again] == [w[1] for w in want]  # read again
+    sync._add_alerts("hot", again)
+    assert alerts() == want

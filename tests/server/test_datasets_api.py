@@ -93,3 +93,46 @@ async def test_stores_usage_and_preview_match_the_data_cli(jp_fetch, store):
 async def test_stores_default_to_the_root_folder(jp_fetch, jp_root_dir):
     stores = body(await jp_fetch("workbench", "api", "datasets", "stores"))["stores"]
     assert stores == [{"url": str(Path(jp_root_dir).resolve()), "scheme": "file"}]
+
+
+async def test_local_paths_outside_the_root_and_stores_are_refused(
+    jp_fetch, store, jp_root_dir, tmp_path
+):
+    # Outside both the Jupyter root and the configured store: a secret beside them.
+    outside = tmp_path / "private"
+    outside.mkdir()
+    (outside / "id_rsa").write_text("-----BEGIN KEY-----\n")
+    root = Path(jp_root_dir)
+    (root / "ok").mkdir()
+    (root / "ok" / "a.txt").write_text("inside\n")
+    (root / "escape").symlink_to(outside, target_is_directory=True)
+    (store / "link.txt").symlink_to(outside / "id_rsa")
+    refused = [
+        ("datasets", str(outside)),  # a bare path outside
+        ("datasets/usage", f"file://{outside}"),  # file:// outside
+        ("datasets/preview", f"{root}/ok/../../private/id_rsa"),  # a `..` escape
+        ("datasets", str(root / "escape")),  # a symlinked folder that leaves the root
+        ("datasets/preview", str(store / "link.txt")),  # a symlinked file out of a store
+        ("datasets/usage", "/"),
+    ]
+    for route, url in refused:
+        code, err = await error(jp_fetch, *route.split("/"), url=url)
+        assert code == 403, (route, url, code, err)
+        assert err["field"] == "url" and "dataset_stores" in err["fix"], err
+        assert "BEGIN KEY" not in json.dumps(err)
+
+    # Allowed: the root folder (and a `..` that stays inside it), a store, file:// inside.
+    listing = body(await jp_fetch("workbench", "api", "datasets", params={"url": str(root / "ok")}))
+    assert [e["name"].rsplit("/", 1)[-1] for e in listing["entries"]] == ["a.txt"]
+    inside = f"{root}/ok/../ok/a.txt"
+    preview = body(
+        await jp_fetch("workbench", "api", "datasets", "preview", params={"url": inside})
+    )
+    assert preview["preview"] == "inside"
+    usage = body(
+        await jp_fetch("workbench", "api", "datasets", "usage", params={"url": f"file://{store}"})
+    )
+    assert usage["files"] >= 3
+    # Object-store URLs are not local paths: no 403 (a bad one still answers 400).
+    code, err = await error(jp_fetch, "datasets", "usage", url="s3://no_such_Bucket/x")
+    assert code == 400 and err["field"] == "url"

@@ -7,6 +7,8 @@ over the same ``workbench.data`` functions, so the panel and the CLI agree.
 from __future__ import annotations
 
 import importlib
+import os
+from pathlib import Path
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -14,9 +16,54 @@ from tornado import web
 
 from ..errors import BackendUnavailableError, MountError, SpecError
 from ..redaction import redact_url
-from .handlers import WorkbenchHandler
+from .handlers import WorkbenchContext, WorkbenchHandler
 
 PREVIEW_LINES_MAX = 200
+LOCAL_SCHEMES = ("", "file", "nas")  # read from this host's disk, so held to allowed folders
+
+
+class OutsideRootError(SpecError):
+    """A local data URL outside the server's root and stores: answered 403, naming ``url``."""
+
+    http_status = 403
+
+
+def local_roots(wb: WorkbenchContext, settings: Any = None) -> list[Path]:
+    """The folders local data URLs may reach: the server's root and local dataset stores."""
+    from ..data.urls import local_path, parse_url
+
+    roots = [Path(os.path.realpath(wb.root_dir))]
+    for store in wb.dataset_stores:
+        try:
+            parsed = parse_url(store, "dataset_stores")
+            if parsed.scheme in LOCAL_SCHEMES:
+                roots.append(Path(os.path.realpath(local_path(parsed, settings))))
+        except (MountError, OSError):
+            continue  # a store that does not resolve here allows nothing
+    return roots
+
+
+def check_local_url(url: str, wb: WorkbenchContext, settings: Any = None) -> None:
+    """Refuse a local path (bare, file://, nas://) outside ``local_roots`` after resolving
+    symlinks and ``..``, as the contents API does; object-store URLs pass untouched."""
+    try:
+        from ..data.urls import local_path, parse_url
+
+        parsed = parse_url(url, "url")
+        if parsed.scheme not in LOCAL_SCHEMES:
+            return
+        target = Path(os.path.realpath(local_path(parsed, settings)))
+    except (ImportError, MountError, OSError):
+        return  # no data package, or a malformed URL: the data call reports it
+    if any(target == root or target.is_relative_to(root) for root in local_roots(wb, settings)):
+        return
+    raise OutsideRootError(
+        "url",
+        f"{redact_url(url)!r} is outside the Jupyter server's root folder and the configured "
+        "dataset stores",
+        "browse a path under the root folder, or add its folder to the configured stores "
+        "(c.WorkbenchApp.dataset_stores)",
+    )
 
 
 def _data_function(name: str) -> Any:
@@ -44,6 +91,8 @@ class _UrlHandler(WorkbenchHandler):
     async def data_call(self, name: str, url: str, **kwargs: Any) -> Any:
         """Run ``workbench.data.<name>(url)`` off the loop; a MountError is about the URL."""
         fn = _data_function(name)
+        # off the loop: resolving a path can touch a slow (network) disk
+        await self.call(check_local_url, url, self.wb, self.manager.settings)
         try:
             return await self.call(fn, url, settings=self.manager.settings, **kwargs)
         except MountError as e:  # unknown scheme, missing object, no access

@@ -78,7 +78,9 @@ def error_reply(status: int, exc: BaseException | None) -> tuple[int, dict[str, 
     """The status and JSON body for an exception (or a bare status)."""
     body: dict[str, Any]
     if isinstance(exc, SpecError):
-        status, body = 400, {"error": str(exc), "field": exc.field, "fix": exc.fix}
+        # 400 unless the error says otherwise (a local path outside the root folder: 403)
+        status = getattr(exc, "http_status", 400)
+        body = {"error": str(exc), "field": exc.field, "fix": exc.fix}
     elif isinstance(exc, JobNotFoundError):
         status, body = 404, {"error": str(exc), "name": exc.name}
     elif isinstance(exc, BackendUnavailableError):
@@ -464,6 +466,9 @@ class DatasetsHandler(WorkbenchHandler):
                 "dataset browsing is not available in this install (workbench.data.ls is missing)",
                 "upgrade jupyter-gpu-workbench to a version with the data package",
             ) from None
+        from ._datasets import check_local_url  # here, not at the top: _datasets imports us
+
+        await self.call(check_local_url, url, self.wb, self.manager.settings)
         try:
             entries = await self.call(ls, url, settings=self.manager.settings)
         except MountError as e:  # unknown scheme, missing bucket, no access: about this URL

@@ -6,7 +6,10 @@ attempt of rank N, later ones after a ``[workbench] ---- attempt K ----`` line, 
 without the metric records, which go to JOB_DIR/metrics/ (``write_metric_records``). A
 marker per rank (``logs/.copied-rank-N``, holding the attempt copied last) makes a copy
 happen once; a copy cut short is redone, since the log file is replaced in one rename
-before its marker is written.
+before its marker is written. The in-image agent's GPU alert records become job events
+(``alert_events``, collected in ``LogCopier.alerts``), as the local host recorder makes its
+own alerts events; the caller adds the ones the job does not have yet, so a redone copy
+adds none twice.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from ...monitor.metrics import MetricSink
 from ...monitor.stream import split_metric_lines
+from ...spec import JobEvent
 from .._jobfiles import JobFiles
 from .._logread import read_logs
 from .logs import _chunks, _open, _release, rank_logs
@@ -41,6 +45,31 @@ def write_metric_records(job_dir: Path, rank: int, records: list[dict[str, Any]]
         sink.close()
 
 
+def alert_events(records: list[dict[str, Any]], rank: int) -> list[JobEvent]:
+    """The agent's ``kind: alert`` records as job events, named as the local host
+    recorder names them (``GpuAlert:KIND``, ``GpuAlertCleared:KIND``), with the rank."""
+    events: list[JobEvent] = []
+    for record in records:
+        alert = record.get("alert")
+        if record.get("kind") != "alert" or not isinstance(alert, dict):
+            continue
+        r = record.get("rank")
+        where = f"rank {r if isinstance(r, int) and not isinstance(r, bool) else rank}"
+        kind, message = str(alert.get("kind") or "gpu"), str(alert.get("message") or "")
+        try:
+            since, cleared = float(alert.get("since") or 0), alert.get("cleared")
+            cleared = None if cleared is None else float(cleared)
+        except (TypeError, ValueError):
+            continue  # a foreign record: nothing to date it by
+        if cleared is None and record.get("active", True):
+            level = "error" if alert.get("level") == "error" else "warning"
+            events.append(JobEvent(since, f"GpuAlert:{kind}", f"{where}: {message}", level))
+        else:
+            when = cleared if cleared is not None else since
+            events.append(JobEvent(when, f"GpuAlertCleared:{kind}", f"{where}: cleared: {message}"))
+    return events
+
+
 class LogCopier:
     """Copies each rank's log of one attempt into the job folder (see the module doc)."""
 
@@ -50,6 +79,7 @@ class LogCopier:
         self.namespace = namespace
         self.files = JobFiles(Path(job_dir))
         self.container = container
+        self.alerts: list[JobEvent] = []  # the agent's alerts in what copy() copied
 
     def _mark(self, rank: int) -> Path:
         return self.files.logs / COPIED_MARK.format(rank=rank)
@@ -109,6 +139,7 @@ class LogCopier:
         finally:
             _release(resp)
         write_metric_records(self.files.dir, rank, records)
+        self.alerts.extend(alert_events(records, rank))
         os.replace(part, final)
         self._mark(rank).write_text(str(attempt))
         return size

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from ...spec import JobRecord
+from ...spec import JobEvent, JobRecord
 from .._jobfiles import JobFiles
 from ..base import rank_prefixed
 from .cluster import UNREACHABLE, Cluster, raw
@@ -58,19 +58,20 @@ class PodLogs:
 
     def save(
         self, namespace: str, job_dir: str, pods_by_rank: dict[int, str], attempt: int
-    ) -> None:
+    ) -> list[JobEvent]:
         """Copy each rank's log of ``attempt`` into the job folder (before a gang retry
-        deletes the pods, and when the job ends)."""
+        deletes the pods, and when the job ends); the GPU alerts the pods' agents wrote,
+        as job events."""
         if _logcopy is not None:
-            _logcopy.LogCopier(self.cluster.core, namespace, Path(job_dir)).copy(
-                pods_by_rank, attempt
-            )
-            return
+            copier = _logcopy.LogCopier(self.cluster.core, namespace, Path(job_dir))
+            copier.copy(pods_by_rank, attempt)
+            return copier.alerts
         files = JobFiles(Path(job_dir))
         for rank, pod in sorted(pods_by_rank.items()):
             text = self.text(namespace, pod)
             with files.open_log(rank, attempt) as f:
                 f.write(text.encode())
+        return []  # without the copier the records stay in the text: no alerts to read
 
     def pods_by_rank(self, record: JobRecord) -> dict[int, str]:
         """Rank -> the current attempt's pod."""

@@ -51,10 +51,12 @@ class JobSync:
     """Writes job state into the store; one per backend, calls serialised."""
 
     def __init__(self, store: JobStore, cluster: Cluster,
-                 save_logs: Callable[[str, str, dict[int, str], int], None]) -> None:  # fmt: skip
+                 save_logs: Callable[[str, str, dict[int, str], int], list[JobEvent] | None],
+                 ) -> None:  # fmt: skip
         self.store = store
         self.cluster = cluster
-        # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder
+        # (namespace, job_dir, {rank: pod}, attempt): copy an attempt's logs into the folder;
+        # returns the GPU alerts the pods' agents wrote, as events
         self.save_logs = save_logs
         self.lock = threading.RLock()
         # Warning Events about a job whose row is not committed yet: launch creates the
@@ -145,12 +147,24 @@ class JobSync:
             if _COPY_AT_END and details.get("job_dir"):
                 with contextlib.suppress(Exception):  # logs outlive pod garbage collection
                     logs = {r: v.log_pod or v.pod for r, v in view.ranks.items()}
-                    self.save_logs(
+                    alerts = self.save_logs(
                         details["namespace"], details["job_dir"], logs, int(row["attempt"])
                     )
+                    self._add_alerts(name, alerts or [])
             self.store.finish_if_active(name, view.status, view.message,
                                         JobEvent(now, view.status.value, view.message, level),
                                         RankState.STOPPED)  # fmt: skip
+
+    def _add_alerts(self, name: str, alerts: list[JobEvent]) -> None:
+        """The pods' GPU alerts as job events, each once: a copy redone after one cut
+        short (or a retried sync) reads the same records again."""
+        if not alerts:
+            return
+        have = {(e.time, e.reason, e.message) for _, e in self.store.events_since(name)}
+        for event in alerts:
+            if (event.time, event.reason, event.message) not in have:
+                have.add((event.time, event.reason, event.message))
+                self.store.add_event(name, event)
 
     def _hold(self, name: str, row: dict[str, Any], view: JobView) -> None:
         """A gang the scheduler holds (Unschedulable) or a queue keeps (Queued): the
@@ -181,12 +195,13 @@ class JobSync:
         attempt = int(row["attempt"])
         retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
         with contextlib.suppress(Exception):  # the attempt's logs outlive its pods
-            self.save_logs(
+            alerts = self.save_logs(
                 ns,
                 details["job_dir"],
                 {r: v.log_pod or v.pod for r, v in view.ranks.items()},
                 attempt,
             )
+            self._add_alerts(name, alerts or [])
         # The Secret and Service belong to the workload: free them so they outlive it.
         for kind, obj in (("Service", details.get("service")), ("Secret", details.get("secret"))):
             if obj:
