@@ -97,7 +97,7 @@ async def until_logged(manager: JobManager, name: str, steps: int) -> None:
 
 
 async def test_a_subscribed_running_job_streams_its_losses_and_resumes_without_duplicates(
-    jp_fetch, jp_ws_fetch, manager, tmp_path, monkeypatch
+    jp_fetch, jp_ws_fetch, jp_serverapp, manager, tmp_path, monkeypatch
 ):
     dirs = {name: tmp_path / name for name in ("watched", "unwatched")}
     for name, d in dirs.items():
@@ -152,9 +152,14 @@ async def test_a_subscribed_running_job_streams_its_losses_and_resumes_without_d
     (dirs["watched"] / "stop").touch()
     (dirs["unwatched"] / "stop").touch()
     await wait_done(jp_fetch, "watched")
-    await asyncio.sleep(1.0)
+    hub = jp_serverapp.web_app.settings["workbench"].hub
+    (client,) = hub.clients
+    deadline = time.monotonic() + 30
+    while not client.subscriptions["watched"].done:  # drained: nothing left to send
+        assert time.monotonic() < deadline, "the finished job's subscription never drained"
+        await asyncio.sleep(0.05)
     before = len(reads)
-    await asyncio.sleep(1.0)  # four ticks
+    await asyncio.sleep(0.75)  # three ticks
     assert len(reads) == before, "a finished, fully sent job is still read every tick"
     ws.close()
 
