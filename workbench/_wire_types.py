@@ -450,6 +450,48 @@ class Metrics(TypedDict):
     ]
 
 
+# ---- live metrics over the event stream (workbench/server/_livemetrics.py) ------------
+
+
+class ClientSubscribe(TypedDict):
+    """Client -> server on the event stream: push this job's metrics as it reports them."""
+
+    type: Annotated[Literal["subscribe"], _d("subscribe")]
+    metrics: Annotated[str, _d("the job whose metrics to follow")]
+    since: NotRequired[
+        Annotated[
+            str | None,
+            _d('the cursor of the last metrics frame seen ("" or absent: from the start)'),
+        ]
+    ]
+
+
+class ClientUnsubscribe(TypedDict):
+    """Client -> server on the event stream: stop pushing this job's metrics."""
+
+    type: Annotated[Literal["unsubscribe"], _d("unsubscribe")]
+    metrics: Annotated[str, _d("the job to stop following")]
+
+
+class EventMetrics(TypedDict):
+    """What a subscribed job reported since the last frame (sent only when there is news)."""
+
+    type: Annotated[Literal["metrics"], _d("metrics")]
+    name: Annotated[str, _d("the job")]
+    cursor: Annotated[str, _d("where this frame ended: subscribe with it as since to resume")]
+    scalars: Annotated[list[ScalarRecord], _d("new training scalars, oldest first")]
+    gpu: Annotated[list[GpuRecord], _d("new GPU samples of the job's GPUs")]
+
+
+class EventError(TypedDict):
+    """A client frame the server could not serve; the connection stays open."""
+
+    type: Annotated[Literal["error"], _d("error")]
+    field: Annotated[str, _d("the offending field of the client frame (frame: the whole)")]
+    error: Annotated[str, _d("what went wrong, in plain words")]
+    fix: Annotated[str | None, _d("how to fix it")]
+
+
 # ---- datasets (GET datasets) ---------------------------------------------------------
 
 
@@ -508,6 +550,10 @@ TYPES: tuple[type, ...] = (
     ImageList,
     SpecList,
     Metrics,
+    ClientSubscribe,
+    ClientUnsubscribe,
+    EventMetrics,
+    EventError,
     DatasetListing,
     DatasetStores,
     DatasetUsage,

@@ -18,6 +18,8 @@ export class JobFeed {
   streamState: StreamState = 'stopped';
   streamDetail = '';
   hello: HelloFrame | null = null;
+  /** The server's answer to the last frame it could not serve (a bad subscription). */
+  frameError: string | null = null;
   gpu: GpuFrame | null = null;
   /** Jobs in the first page of a list (the Settings Editor's pageSize). */
   firstPage = 100;
@@ -50,6 +52,10 @@ export class JobFeed {
         },
         gpu: frame => {
           this.gpu = frame;
+          this.notify();
+        },
+        error: frame => {
+          this.frameError = `${frame.field}: ${frame.error}`;
           this.notify();
         },
         state: (state, detail) => {

@@ -1,13 +1,16 @@
 /**
- * The job view's additions: training-scalar charts (GET jobs/NAME/metrics, read again when
- * the event stream reports the job changed or, while it runs, a new GPU sample), its GPUs'
- * figures, its alerts, and "open in notebook" (a cell with the job's code).
+ * The job view's additions: training-scalar charts, its GPUs' figures, its alerts, and
+ * "open in notebook" (a cell with the job's code). A job that may still log (not finished
+ * when the view opens it) gets its metrics pushed over the event stream (a metrics
+ * subscription, re-subscribed from its cursor after a reconnect, ended when the view
+ * closes); a finished one is read with GET jobs/NAME/metrics, again when its record changes.
  */
 import * as React from 'react';
 
 import { Gauge, LineChart, Sparkline } from './charts';
 import { scalarCharts, type ScalarLike } from './chartmodel';
 import type { JobFeed } from './feed';
+import type { EventStream } from './stream';
 import { formatGiB, gaugeFraction } from './gpumodel';
 import { getMetrics } from './hostapi';
 import { TERMINAL, type JobView } from './models';
@@ -39,24 +42,44 @@ interface JobMetrics {
   cursor: string;
 }
 
-/** The job's metrics, read once and then only what is new (the cursor), each time
- * `trigger` changes; one request at a time, a change meanwhile reads again after it. */
+/** `old` with the new records of `m` appended (GPU samples capped). */
+function appended(old: JobMetrics, m: { scalars: ScalarRecord[]; gpu: GpuRecord[]; cursor: string }): JobMetrics {
+  return {
+    scalars: old.scalars.concat(m.scalars),
+    gpu: old.gpu.concat(m.gpu).slice(-GPU_KEPT * 8),
+    cursor: m.cursor
+  };
+}
+
+/** The job's metrics. A job that is not finished when the view opens it: pushed by the
+ * event stream from its first record (one subscription while the view shows it, kept
+ * after the job ends so its last records arrive). Otherwise read once and then only what
+ * is new (the cursor) each time `trigger` changes; one request at a time. */
 function useMetrics(
   client: WorkbenchClient,
+  stream: EventStream,
   name: string,
+  running: boolean,
   trigger: string
 ): { metrics: JobMetrics; error: string | null } {
   const [metrics, setMetrics] = React.useState<JobMetrics>({ scalars: [], gpu: [], cursor: '' });
   const [error, setError] = React.useState<string | null>(null);
-  const state = React.useRef({ busy: false, again: false, cursor: '', name });
+  const state = React.useRef({ busy: false, again: false, cursor: '', name, live: running });
 
   React.useEffect(() => {
-    state.current = { busy: false, again: false, cursor: '', name };
+    // `running` counts only when the view opens a job: a subscription outlives the job's
+    // end (the server sends what is left, then stays silent), so no GET duplicates it.
+    state.current = { busy: false, again: false, cursor: '', name, live: running };
     setMetrics({ scalars: [], gpu: [], cursor: '' });
-  }, [name]);
+    if (!running) return undefined;
+    return stream.subscribeMetrics(name, '', frame => {
+      if (frame.scalars.length || frame.gpu.length) setMetrics(old => appended(old, frame));
+    });
+  }, [stream, name]);
 
   React.useEffect(() => {
     const s = state.current;
+    if (s.live) return; // the subscription delivers
     const read = (): void => {
       if (s.busy) {
         s.again = true;
@@ -68,13 +91,7 @@ function useMetrics(
           if (state.current !== s) return;
           s.cursor = m.cursor;
           setError(null);
-          if (m.scalars.length || m.gpu.length) {
-            setMetrics(old => ({
-              scalars: old.scalars.concat(m.scalars),
-              gpu: old.gpu.concat(m.gpu).slice(-GPU_KEPT * 8),
-              cursor: m.cursor
-            }));
-          }
+          if (m.scalars.length || m.gpu.length) setMetrics(old => appended(old, m));
         })
         .catch((e: Error) => state.current === s && setError(e.message))
         .finally(() => {
@@ -103,11 +120,10 @@ export function JobExtras({
   openInNotebook?: OpenInNotebook;
 }): JSX.Element {
   const running = !TERMINAL.has(job.status);
-  // What makes the view read the metrics again: the job's record changing (a job frame),
-  // and while it runs, each gpu frame (the sampler's tick) - never a timer of our own.
-  const gpuTick = running && feed.gpu ? frameTime(feed.gpu.gpus) : '';
-  const trigger = [job.status, job.finishedAt, job.restarts, gpuTick].join(':');
-  const { metrics, error } = useMetrics(client, job.name, trigger);
+  // What makes the view read a finished job's metrics again: its record changing (a job
+  // frame) - never a timer of our own. A running job's come over its subscription.
+  const trigger = [job.status, job.finishedAt, job.restarts].join(':');
+  const { metrics, error } = useMetrics(client, feed.stream, job.name, running, trigger);
   const charts = React.useMemo(
     () => scalarCharts(metrics.scalars as unknown as ScalarLike[]),
     [metrics.scalars]
@@ -169,11 +185,6 @@ export function JobExtras({
       </section>
     </>
   );
-}
-
-function frameTime(gpus: unknown[]): string {
-  const first = gpus[0] as { time?: unknown } | undefined;
-  return typeof first?.time === 'number' ? String(first.time) : '';
 }
 
 /** GPU indices the job's ranks hold ("0,1" per rank), for matching host alerts. */

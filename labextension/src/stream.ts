@@ -3,9 +3,13 @@
  * drop with ?since=<last id seen> so the server replays exactly what was missed. When the
  * server cannot resume (a "reset" frame, a hello that is not "resumed", or a server that
  * predates protocol v1 and sends no ids) the owner re-lists with GET /jobs.
+ * Live metrics: `subscribeMetrics(name, since, listener)` asks the server to push one job's
+ * metrics frames; the stream keeps each subscription's cursor and, after a reconnect,
+ * subscribes again from it, so a chart gets every record once across drops.
  * The socket and the timer are injected, so the unit tests drive it with fakes.
  */
 import type { RawJob } from './models';
+import type { ClientSubscribe, ClientUnsubscribe, EventError, EventMetrics } from './wire';
 
 /** The protocol version this panel speaks. */
 export const PROTOCOL = 1;
@@ -20,6 +24,8 @@ export interface SocketLike {
   onclose: ((ev: { code: number; reason: string }) => void) | null;
   onerror: ((ev: unknown) => void) | null;
   close(code?: number, reason?: string): void;
+  /** Write a text frame (the browser's WebSocket has it; listen-only fakes may not). */
+  send?(data: string): void;
 }
 
 /** The hello frame (first frame of every connection). */
@@ -53,6 +59,14 @@ export interface StreamHandlers {
   hello?(frame: HelloFrame): void;
   gpu?(frame: GpuFrame): void;
   state?(state: StreamState, detail: string): void;
+  /** The server could not serve a frame this panel sent (names the field). */
+  error?(frame: EventError): void;
+}
+
+/** One job's live metrics: the listener, and where the last frame it got ended. */
+interface MetricsSubscription {
+  cursor: string;
+  listener: (frame: EventMetrics) => void;
 }
 
 /** Options, with defaults that suit a browser. */
@@ -74,6 +88,7 @@ export class EventStream {
   state: StreamState = 'stopped';
 
   private socket: SocketLike | null = null;
+  private readonly metrics = new Map<string, MetricsSubscription>();
   private timer: unknown = null;
   private attempt = 0;
   private stopped = true;
@@ -118,6 +133,39 @@ export class EventStream {
     this.stop();
     this.attempt = 0;
     this.start();
+  }
+
+  /**
+   * Follow job `name`'s metrics from cursor `since` ("" = its first record): `listener`
+   * gets each metrics frame. Sent now when live, else on the next hello; after a drop the
+   * stream subscribes again from the cursor of the last frame delivered. Returns the
+   * unsubscribe (which tells the server, when connected).
+   */
+  subscribeMetrics(name: string, since: string, listener: (frame: EventMetrics) => void): () => void {
+    const sub: MetricsSubscription = { cursor: since, listener };
+    this.metrics.set(name, sub);
+    this.write({ type: 'subscribe', metrics: name, since });
+    return () => {
+      if (this.metrics.get(name) !== sub) return; // replaced by a newer subscription
+      this.metrics.delete(name);
+      this.write({ type: 'unsubscribe', metrics: name });
+    };
+  }
+
+  /** The cursor of job `name`'s subscription (null: not subscribed). */
+  metricsCursor(name: string): string | null {
+    return this.metrics.get(name)?.cursor ?? null;
+  }
+
+  private write(frame: ClientSubscribe | ClientUnsubscribe): void {
+    // Before the hello (or between connections) there is nothing to write to: the next
+    // hello sends every subscription with its cursor.
+    if (this.state !== 'live' || !this.socket?.send) return;
+    try {
+      this.socket.send(JSON.stringify(frame));
+    } catch {
+      // The socket is closing: onclose reconnects, and the hello re-subscribes.
+    }
   }
 
   private connect(): void {
@@ -169,6 +217,9 @@ export class EventStream {
         this.attempt = 0;
         this.setState('live', '');
         this.handlers.hello?.(hello);
+        for (const [name, sub] of this.metrics) {
+          this.write({ type: 'subscribe', metrics: name, since: sub.cursor });
+        }
         if (!(hello.resumed === true && this.lastId !== null)) {
           // Nothing to resume from, or the server could not: start from its last id and a
           // fresh list. Changes after last_id arrive on this socket after the hello.
@@ -195,6 +246,17 @@ export class EventStream {
         return;
       case 'gpu':
         this.handlers.gpu?.(frame as unknown as GpuFrame);
+        return;
+      case 'metrics': {
+        const metrics = frame as unknown as EventMetrics;
+        const sub = this.metrics.get(metrics.name);
+        if (!sub || typeof metrics.cursor !== 'string') return; // unsubscribed meanwhile
+        sub.cursor = metrics.cursor;
+        sub.listener(metrics);
+        return;
+      }
+      case 'error':
+        this.handlers.error?.(frame as unknown as EventError);
         return;
       default:
         return; // a newer server's frame: ignore what we do not know

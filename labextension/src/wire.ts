@@ -9,6 +9,8 @@ export interface WireModel {
   BackendInfo: BackendInfo;
   BackendList: BackendList;
   Capabilities: Capabilities;
+  ClientSubscribe: ClientSubscribe;
+  ClientUnsubscribe: ClientUnsubscribe;
   DatasetEntry: DatasetEntry;
   DatasetListing: DatasetListing;
   DatasetPreview: DatasetPreview;
@@ -16,10 +18,12 @@ export interface WireModel {
   DatasetStores: DatasetStores;
   DatasetUsage: DatasetUsage;
   Error: Error;
+  EventError: EventError;
   EventGpu: EventGpu;
   EventHello: EventHello;
   EventJob: EventJob;
   EventJobDeleted: EventJobDeleted;
+  EventMetrics: EventMetrics;
   EventReset: EventReset;
   GpuHolder: GpuHolder;
   GpuMonitorState: GpuMonitorState;
@@ -156,6 +160,42 @@ export interface BackendList {
    * built in, installed entry points, registered
    */
   backends: BackendInfo[];
+}
+/**
+ * Client -> server on the event stream: push this job's metrics as it reports them.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "ClientSubscribe".
+ */
+export interface ClientSubscribe {
+  /**
+   * subscribe
+   */
+  type: 'subscribe';
+  /**
+   * the job whose metrics to follow
+   */
+  metrics: string;
+  /**
+   * the cursor of the last metrics frame seen ("" or absent: from the start)
+   */
+  since?: string | null;
+}
+/**
+ * Client -> server on the event stream: stop pushing this job's metrics.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "ClientUnsubscribe".
+ */
+export interface ClientUnsubscribe {
+  /**
+   * unsubscribe
+   */
+  type: 'unsubscribe';
+  /**
+   * the job to stop following
+   */
+  metrics: string;
 }
 /**
  * One object or folder under a data URL.
@@ -304,6 +344,30 @@ export interface Error {
    * what to install or configure (503)
    */
   hint?: string | null;
+}
+/**
+ * A client frame the server could not serve; the connection stays open.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventError".
+ */
+export interface EventError {
+  /**
+   * error
+   */
+  type: 'error';
+  /**
+   * the offending field of the client frame (frame: the whole)
+   */
+  field: string;
+  /**
+   * what went wrong, in plain words
+   */
+  error: string;
+  /**
+   * how to fix it
+   */
+  fix: string | null;
 }
 /**
  * One host GPU sample (not replayed on resume).
@@ -783,40 +847,57 @@ export interface EventJobDeleted {
   name: string;
 }
 /**
- * The client's since is older than the feed keeps (or unknown): re-list with GET jobs.
+ * What a subscribed job reported since the last frame (sent only when there is news).
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "EventReset".
+ * via the `definition` "EventMetrics".
  */
-export interface EventReset {
+export interface EventMetrics {
   /**
-   * reset
+   * metrics
    */
-  type: 'reset';
+  type: 'metrics';
   /**
-   * the newest change id: live changes after it follow
+   * the job
    */
-  last_id: number;
+  name: string;
+  /**
+   * where this frame ended: subscribe with it as since to resume
+   */
+  cursor: string;
+  /**
+   * new training scalars, oldest first
+   */
+  scalars: ScalarRecord[];
+  /**
+   * new GPU samples of the job's GPUs
+   */
+  gpu: GpuRecord[];
 }
 /**
- * A rank holding (a share of) a GPU.
+ * One workbench.run.log() record; every other key is a scalar the script named.
  *
  * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "GpuHolder".
+ * via the `definition` "ScalarRecord".
  */
-export interface GpuHolder {
+export interface ScalarRecord {
   /**
-   * the job's name
+   * Unix time it was logged
    */
-  job: string;
+  time: number;
   /**
-   * the rank
+   * the rank that logged it
    */
   rank: number;
   /**
-   * the part of the GPU it holds (1 = whole)
+   * the step, or null
    */
-  share: number;
+  step: number | string | null;
+  /**
+   * the steps in all, or null
+   */
+  total: number | string | null;
+  [k: string]: number | string | boolean | null;
 }
 /**
  * A GPU sample a job recorded, tied to its ranks where known.
@@ -889,6 +970,42 @@ export interface GpuRecord {
    * the rank(s) on that GPU
    */
   rank?: number | number[] | null;
+}
+/**
+ * The client's since is older than the feed keeps (or unknown): re-list with GET jobs.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "EventReset".
+ */
+export interface EventReset {
+  /**
+   * reset
+   */
+  type: 'reset';
+  /**
+   * the newest change id: live changes after it follow
+   */
+  last_id: number;
+}
+/**
+ * A rank holding (a share of) a GPU.
+ *
+ * This interface was referenced by `WireModel`'s JSON-Schema
+ * via the `definition` "GpuHolder".
+ */
+export interface GpuHolder {
+  /**
+   * the job's name
+   */
+  job: string;
+  /**
+   * the rank
+   */
+  rank: number;
+  /**
+   * the part of the GPU it holds (1 = whole)
+   */
+  share: number;
 }
 /**
  * The host's GPUs from the server's one sampler (GET /workbench/api/gpus).
@@ -1053,31 +1170,6 @@ export interface Metrics {
    * where this answer ended: pass it as since= to get only newer records
    */
   cursor: string;
-}
-/**
- * One workbench.run.log() record; every other key is a scalar the script named.
- *
- * This interface was referenced by `WireModel`'s JSON-Schema
- * via the `definition` "ScalarRecord".
- */
-export interface ScalarRecord {
-  /**
-   * Unix time it was logged
-   */
-  time: number;
-  /**
-   * the rank that logged it
-   */
-  rank: number;
-  /**
-   * the step, or null
-   */
-  step: number | string | null;
-  /**
-   * the steps in all, or null
-   */
-  total: number | string | null;
-  [k: string]: number | string | boolean | null;
 }
 /**
  * A data or outputs mount as an object (the string form SRC:DST[:ro|rw] says the same).

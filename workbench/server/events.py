@@ -13,6 +13,11 @@ then (with ``since`` still kept) every job changed after K, then live changes:
 ``{"type": "reset", "last_id"}`` (``since`` too old or unknown: re-list with GET jobs),
 ``{"type": "gpu", "state", "reason", "gpus", "alerts"}`` (no id, not replayed).
 Ids strictly increase within a connection and each change is sent at most once to it.
+
+Live metrics (``_livemetrics``): a client sends ``{"type": "subscribe", "metrics": NAME,
+"since": CURSOR}`` / ``{"type": "unsubscribe", "metrics": NAME}``; the hub then pushes
+``{"type": "metrics", "name", "cursor", "scalars", "gpu"}`` when that job reports more, on
+the same tick, and answers a bad client frame with ``{"type": "error", "field", ...}``.
 """
 
 from __future__ import annotations
@@ -31,9 +36,17 @@ from tornado import web
 from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from .._store_feed import ChangeBatch, DataVersion
+from ..errors import SpecError
 from ..manager import JobManager
 from ..wirejson import dumps_strict
 from ._gpu import GpuMonitor
+from ._livemetrics import (
+    MAX_SUBSCRIPTIONS,
+    Subscription,
+    error_frame,
+    parse_client_frame,
+    read_subscriptions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +225,7 @@ class EventHub:
                 batches = await loop.run_in_executor(self.executor, self._read_feed, self.cursor)
                 for batch in batches:
                     self._publish(batch)
+                await self._push_metrics()
                 self.ticks += 1
             except asyncio.CancelledError:
                 raise
@@ -223,6 +237,41 @@ class EventHub:
         for client in list(self.clients):
             self._deliver(client, batch)
         self.cursor = max(self.cursor, batch.last_id) if not batch.reset else batch.last_id
+
+    async def _push_metrics(self) -> None:
+        """One incremental read per live metrics subscription; a frame where there is news."""
+        subs = [
+            (client, sub)
+            for client in list(self.clients)
+            for sub in client.subscriptions.values()
+            if not sub.done
+        ]
+        if not subs:
+            return  # nobody watches metrics: no reads at all
+        loop = asyncio.get_running_loop()
+        keyed = [(i, sub) for i, (_client, sub) in enumerate(subs)]
+        results = await loop.run_in_executor(self.executor, read_subscriptions, self.manager, keyed)
+        for key, read_from, got, finished in results:
+            client, sub = subs[key]
+            if client.subscriptions.get(sub.name) is not sub or sub.cursor != read_from:
+                continue  # unsubscribed or re-subscribed while reading: drop this read
+            if got is None:  # the job was deleted: its job_deleted change says so
+                client.subscriptions.pop(sub.name, None)
+                continue
+            new = bool(got["scalars"] or got["gpu"])
+            sub.cursor = str(got["cursor"])
+            if new:
+                client.send(
+                    {
+                        "type": "metrics",
+                        "name": sub.name,
+                        "cursor": sub.cursor,
+                        "scalars": got["scalars"],
+                        "gpu": got["gpu"],
+                    }
+                )
+            elif finished:
+                sub.done = True  # everything it reported was sent: no more reads
 
     def _on_gpu_sample(self) -> None:
         """Called on the sampler's thread: hop to the loop before touching clients."""
@@ -250,6 +299,7 @@ class EventStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler
 
     auth_resource = "workbench"
     sent_id = 0  # the newest change id this connection has been sent (or skipped past)
+    subscriptions: dict[str, Subscription]  # live metrics this connection watches, by job
 
     @property
     def hub(self) -> EventHub:
@@ -286,6 +336,7 @@ class EventStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler
     async def open(self, *args: Any, **kwargs: Any) -> None:
         """Check the protocol, then let the hub greet, catch up and register this client."""
         super().open(*args, **kwargs)
+        self.subscriptions = {}
         since, error = self._request()
         if error is not None:
             self.close(CLOSE_BAD_REQUEST, error)
@@ -299,8 +350,29 @@ class EventStreamHandler(ExtensionHandlerMixin, WebSocketMixin, WebSocketHandler
         except WebSocketClosedError:
             self.hub.remove(self)
 
-    def on_message(self, message: str | bytes) -> None:
-        """Clients only listen; anything they send is ignored."""
+    async def on_message(self, message: str | bytes) -> None:
+        """Subscribe to or unsubscribe from one job's live metrics; a bad frame gets an
+        ``error`` frame naming the field (the connection stays open)."""
+        try:
+            kind, name, since = parse_client_frame(message)
+            if kind == "unsubscribe":
+                self.subscriptions.pop(name, None)
+                return
+            if name not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+                raise SpecError(
+                    "metrics",
+                    f"at most {MAX_SUBSCRIPTIONS} live metrics subscriptions per connection",
+                    "unsubscribe from a job you no longer show",
+                )
+            loop = asyncio.get_running_loop()
+            record = await loop.run_in_executor(self.hub.executor, self.hub.manager.store.get, name)
+            if record is None:
+                raise SpecError("metrics", f"no job named {name[:80]!r}", "name an existing job")
+        except SpecError as e:
+            self.send(error_frame(e))
+            return
+        # The next tick sends what the job reported after ``since``.
+        self.subscriptions[name] = Subscription(name=name, cursor=since)
 
     def on_close(self) -> None:
         """Leave the hub."""
