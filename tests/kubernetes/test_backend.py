@@ -212,6 +212,41 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 1
 
 
+def test_kubeconfig_token_hook_runs_once_a_second_not_per_request(
+    kube_env: Path, kube_fake: FakeKubeAPIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loader's per-request hook re-applied every setting on every request (a twentieth
+    of a submit); throttled, it still runs, and still re-reads the token, once a second."""
+    from kubernetes.config import kube_config
+
+    from workbench.backends.kubernetes import cluster as kc
+    from workbench.backends.kubernetes.config import load_settings
+
+    runs: list[int] = []
+    set_config = kube_config.KubeConfigLoader._set_config
+
+    def counted(self: kube_config.KubeConfigLoader, c: client.Configuration) -> None:
+        runs.append(1)
+        set_config(self, c)
+
+    monkeypatch.setattr(kube_config.KubeConfigLoader, "_set_config", counted)
+    c = kc.Cluster(load_settings({}))
+    try:
+        c.nodes()  # loads the kubeconfig (one run) and the hook's first run
+        loaded = len(runs)
+        for _ in range(20):
+            c.nodes()
+        assert len(runs) == loaded  # was one run per request
+        headers = c.api.configuration.auth_settings()["BearerToken"]
+        assert headers["value"] == "Bearer not-a-secret"
+        monkeypatch.setattr(kc, "REFRESH_SECONDS", 0.0)  # a second has passed, every time
+        for _ in range(3):
+            c.nodes()
+        assert len(runs) == loaded + 3  # the refresh still runs, and stays throttled after
+    finally:
+        c.close()
+
+
 def test_unschedulable_job_shows_the_event_and_stays_pending(
     jobs: JobManager, kube_fake: FakeKubeAPIServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,6 +67,7 @@ class PodLogs:
             copier.copy(pods_by_rank, attempt)
             return copier.alerts
         files = JobFiles(Path(job_dir))
+        files.logs.mkdir(parents=True, exist_ok=True)  # launch makes the job folder only
         for rank, pod in sorted(pods_by_rank.items()):
             text = self.text(namespace, pod)
             with files.open_log(rank, attempt) as f:
