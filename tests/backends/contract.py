@@ -64,7 +64,13 @@ class BackendContract:
     # ---- cases ----------------------------------------------------------------------------
     def test_submit_runs_to_succeeded(self, jobs: JobManager) -> None:
         record = self.submit(jobs, ["python", "fail_rank.py"], name="ok", env={"FAIL_RANK": "9"})
-        assert record.name == "ok" and not record.status.terminal
+        assert record.name == "ok", record.name
+        # submit returns before the job ends; on a cluster backend a job this quick may
+        # already have succeeded by then (its status comes from the watch), never failed.
+        assert not record.status.terminal or record.status is JobStatus.SUCCEEDED, (
+            record.status,
+            record.message,
+        )
         assert record.runtime == self.runtime
         assert "ok" in [r.name for r in jobs.list()]
         done = self.finish(jobs, "ok")
