@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -76,3 +78,21 @@ def wait_for(
 def python() -> str:
     """The interpreter the tests run under (its bin dir is what workers get on PATH)."""
     return sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _close_cached_managers() -> Iterator[None]:
+    """Close what a test's in-process CLI or API calls left in workbench.api's manager
+    cache: a Kubernetes backend's namespace watches otherwise keep retrying a fake API
+    server that has stopped, for the rest of the session (CPU and log noise that slowed
+    later timing-sensitive tests)."""
+    yield
+    from workbench import api
+
+    for m in list(api._managers.values()):
+        for backend in list(m._backends.values()):
+            close = getattr(backend, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    close()
+    api._managers.clear()

@@ -225,7 +225,7 @@ def test_gang_waits_whole_with_volcanos_reason_then_torch_ddp_completes(
         "queue": "urgent",
         "command": ["python", "-m", "workbench.examples.train_ddp", "--epochs", "1", "--steps", "5"]}))  # fmt: skip
     assert gang.details["kind"] == "Job.batch.volcano.sh" and gang.details["queue"] == "urgent"
-    wait_for(lambda: m.get("vddp").reason == "Unschedulable", timeout=30, what="Unschedulable")
+    wait_for(lambda: m.get("vddp").reason == "Unschedulable", timeout=60, what="Unschedulable")
     record = m.get("vddp")
     assert record.status is JobStatus.PENDING
     assert record.message == "resource in cluster is overused: overused nvidia.com/gpu"
