@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
+from pathlib import Path
 
 import pytest
 from tornado.httpclient import HTTPClientError
@@ -49,27 +49,21 @@ async def test_catalogue(jp_fetch, manager):
     }
 
 
-async def test_datasets_browse(jp_fetch, tmp_path):
-    (tmp_path / "ds").mkdir()
-    (tmp_path / "ds" / "train.csv").write_text("a,b\n1,2\n")
-    url = str(tmp_path / "ds")
+async def test_datasets_browse(jp_fetch, jp_root_dir):
+    root = Path(jp_root_dir)  # local paths are browsable under the server's root only
+    (root / "ds").mkdir()
+    (root / "ds" / "train.csv").write_text("a,b\n1,2\n")
+    url = str(root / "ds")
     with pytest.raises(HTTPClientError) as missing:
         await jp_fetch("workbench", "api", "datasets")
     assert missing.value.code == 400 and json.loads(missing.value.response.body)["field"] == "url"
-    has_ls = hasattr(importlib.import_module("workbench.data"), "ls")
-    if has_ls:
-        data = body(await jp_fetch("workbench", "api", "datasets", params={"url": url}))
-        assert [(e["name"].rsplit("/", 1)[-1], e["type"], e["size"]) for e in data["entries"]] == [
-            ("train.csv", "file", 8)
-        ]
-        with pytest.raises(HTTPClientError) as gone:
-            await jp_fetch("workbench", "api", "datasets", params={"url": str(tmp_path / "nope")})
-        assert gone.value.code == 400 and json.loads(gone.value.response.body)["field"] == "url"
-    else:  # the data package has not landed: a clear 503 with a hint, not a crash
-        with pytest.raises(HTTPClientError) as info:
-            await jp_fetch("workbench", "api", "datasets", params={"url": url})
-        err = json.loads(info.value.response.body)
-        assert info.value.code == 503 and err["hint"] and "workbench.data" in err["error"]
+    data = body(await jp_fetch("workbench", "api", "datasets", params={"url": url}))
+    assert [(e["name"].rsplit("/", 1)[-1], e["type"], e["size"]) for e in data["entries"]] == [
+        ("train.csv", "file", 8)
+    ]
+    with pytest.raises(HTTPClientError) as gone:
+        await jp_fetch("workbench", "api", "datasets", params={"url": str(root / "nope")})
+    assert gone.value.code == 400 and json.loads(gone.value.response.body)["field"] == "url"
 
 
 async def test_prometheus_text(jp_fetch):
