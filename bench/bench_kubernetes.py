@@ -120,7 +120,17 @@ def bench_latency(
 def bench_manifests(count: int) -> dict[str, Any]:
     """(c): render + validate, per job, for every flavour (and export kind, where the
     module has KINDS and render_as); a flavour this branch cannot render yet is reported."""
-    from tests.kubernetes.test_manifests import OPTIONS, validate
+    from tests.kubernetes.test_manifests import OPTIONS
+    from tests.kubernetes.test_manifests import validate as validate_core_and_kubeflow
+    from tests.kubernetes.test_volcano import validate_volcano
+
+    def validate(obj: dict[str, Any]) -> None:
+        """As the tests check each kind: Volcano's Job against its own CRD."""
+        if obj["apiVersion"].startswith("batch.volcano.sh/"):
+            validate_volcano(obj)
+        else:
+            validate_core_and_kubeflow(obj)
+
     from workbench.backends.kubernetes import manifests
     from workbench.catalog import load_catalog
     from workbench.errors import SpecError
@@ -152,7 +162,7 @@ def bench_manifests(count: int) -> dict[str, Any]:
             continue
         rendered_s = time.perf_counter() - t0
         objects = [o for j in jobs for o in j.display_manifests()]
-        for o in {o["kind"]: o for o in objects}.values():
+        for o in {(o["apiVersion"], o["kind"]): o for o in objects}.values():
             validate(o)  # builds each kind's validator once (seconds for a CRD), untimed
         t0 = time.perf_counter()
         for o in objects:
