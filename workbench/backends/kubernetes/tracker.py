@@ -151,9 +151,12 @@ class JobSync:
                         details["namespace"], details["job_dir"], logs, int(row["attempt"])
                     )
                     self._add_alerts(name, alerts or [])
+            # A succeeded job's ranks whose pods the controller removed before the watch saw
+            # them end (an MPIJob's workers once its launcher is done) succeeded with it.
+            rest = RankState.SUCCEEDED if view.status is JobStatus.SUCCEEDED else RankState.STOPPED
             self.store.finish_if_active(name, view.status, view.message,
                                         JobEvent(now, view.status.value, view.message, level),
-                                        RankState.STOPPED)  # fmt: skip
+                                        rest)  # fmt: skip
 
     def _add_alerts(self, name: str, alerts: list[JobEvent]) -> None:
         """The pods' GPU alerts as job events, each once: a copy redone after one cut
