@@ -1,3 +1,4 @@
 import './base.css';
+import './tabs.css';
 import './gpus.css';
 import './submit.css';
