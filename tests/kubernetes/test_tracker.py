@@ -133,3 +133,46 @@ def test_store_equals_the_server_after_random_faults_over_200_jobs(
     finally:
         tracker.stop()
         store.close()
+
+
+def test_a_snapshot_taken_before_a_newer_one_is_never_written_after_it() -> None:
+    """Each watch thread (and launch) syncs a job from a snapshot of what the watches hold.
+    A thread stalled between its snapshot and its write must not land after a newer
+    snapshot's write: the gang held Unschedulable was read back as Queued (the PodGroup
+    before its condition) and stayed so, the flaky Volcano gang test's failure."""
+    import threading
+
+    from workbench.backends.kubernetes.watch import WatchEvent
+
+    written: list[str] = []
+    stalled, release = threading.Event(), threading.Event()
+
+    class StallingSync:
+        """Stalls its first sync before it takes its lock, as a thread can be descheduled."""
+
+        lock = threading.RLock()
+
+        def sync(self, job: str, workload: object, pods: object, gone: bool,
+                 podgroup: dict[str, object] | None = None) -> None:  # fmt: skip
+            if not stalled.is_set():
+                stalled.set()
+                assert release.wait(10)
+            with self.lock:
+                written.append(str((podgroup or {}).get("status")))
+
+    tracker = NamespaceTracker(None, NS, StallingSync())  # type: ignore[arg-type]
+
+    def podgroup(phase: str, rv: int) -> WatchEvent:
+        obj = {"metadata": {"name": "g-uid", "labels": {LABEL_JOB: "g"}}, "status": phase}
+        return WatchEvent("MODIFIED", "g-uid", NS, "pg-uid", rv, obj)
+
+    old = threading.Thread(target=tracker._on_podgroup, args=(podgroup("Queued", 1),))
+    old.start()
+    assert stalled.wait(10)
+    new = threading.Thread(target=tracker._on_podgroup, args=(podgroup("Unschedulable", 2),))
+    new.start()
+    new.join(0.3)  # with the stale write pending, the newer one must wait for it
+    release.set()
+    old.join(10)
+    new.join(10)
+    assert written[-1] == "Unschedulable", written

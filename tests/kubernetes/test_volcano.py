@@ -211,6 +211,47 @@ def volcano_jobs(kube_fake: FakeKubeAPIServer, wb_home: Path, tmp_path: Path,
     cluster.stop()
 
 
+def gang_diagnosis(m: JobManager, state: Any) -> str:
+    """What the fake cluster and the backend's watches held when the gang test timed out."""
+    import threading
+
+    from tests.fakes.kube_volcano import VCJOBS
+
+    backend = m.backend("kubernetes")
+    trackers = {str(k): {"alive": t.alive, "podgroups": sorted(t.podgroups),
+                         "workloads": sorted(t.workloads),
+                         "watches": [(w._thread.name if w._thread else None,
+                                      bool(w._thread and w._thread.is_alive())) for w in t.watches]}
+                for k, t in getattr(backend, "_trackers", {}).items()}  # fmt: skip
+    out = {
+        "records": {
+            n: {
+                k: v
+                for k, v in m.get(n).to_dict().items()
+                if k in ("status", "reason", "message", "events", "ranks", "details")
+            }
+            for n in ("holder", "vddp")
+        },
+        "podgroups": state.list(PODGROUPS, None)[0],
+        "vcjobs": [(j["metadata"]["name"], j.get("status")) for j in state.list(VCJOBS, None)[0]],
+        "pods": [
+            (
+                p["metadata"]["name"],
+                p.get("spec", {}).get("nodeName"),
+                (p.get("status") or {}).get("phase"),
+            )
+            for p in state.list(PODS, None)[0]
+        ],
+        "nodes": [
+            (n["metadata"]["name"], n.get("status", {}).get("allocatable"))
+            for n in state.list(("", "v1", "nodes"), None)[0]
+        ],
+        "trackers": trackers,
+        "threads": sorted(t.name for t in threading.enumerate()),
+    }
+    return "timed out waiting for Unschedulable:\n" + json.dumps(out, indent=1, default=str)
+
+
 def test_gang_waits_whole_with_volcanos_reason_then_torch_ddp_completes(
     volcano_jobs: JobManager, kube_fake: FakeKubeAPIServer
 ) -> None:
@@ -225,7 +266,10 @@ def test_gang_waits_whole_with_volcanos_reason_then_torch_ddp_completes(
         "queue": "urgent",
         "command": ["python", "-m", "workbench.examples.train_ddp", "--epochs", "1", "--steps", "5"]}))  # fmt: skip
     assert gang.details["kind"] == "Job.batch.volcano.sh" and gang.details["queue"] == "urgent"
-    wait_for(lambda: m.get("vddp").reason == "Unschedulable", timeout=60, what="Unschedulable")
+    try:
+        wait_for(lambda: m.get("vddp").reason == "Unschedulable", timeout=60, what="Unschedulable")
+    except AssertionError:
+        raise AssertionError(gang_diagnosis(m, state)) from None
     record = m.get("vddp")
     assert record.status is JobStatus.PENDING
     assert record.message == "resource in cluster is overused: overused nvidia.com/gpu"

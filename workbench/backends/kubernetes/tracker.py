@@ -411,15 +411,20 @@ class NamespaceTracker:
         self._sync(job, gone=False)
 
     def _sync(self, job: str, gone: bool) -> None:
-        with self.lock:
-            workload = self.workloads.get(job)
-            pods = list(self.pods.get(job, {}).values())
-            podgroup = self.podgroups.get(job)
-        try:
-            self.syncer.sync(job, workload, pods, gone=gone and workload is None,
-                             podgroup=podgroup)  # fmt: skip
-        except UNREACHABLE as e:
-            log.info("kubernetes: could not update %s (%s)", job, e)
+        # The snapshot is taken under the syncer's lock: each watch thread (and launch)
+        # syncs, and a snapshot taken before another thread's newer one, written after
+        # it, would leave the row at the older state until the next change (a gang held
+        # Unschedulable read back as Queued). So the last write is of the newest view.
+        with self.syncer.lock:
+            with self.lock:
+                workload = self.workloads.get(job)
+                pods = list(self.pods.get(job, {}).values())
+                podgroup = self.podgroups.get(job)
+            try:
+                self.syncer.sync(job, workload, pods, gone=gone and workload is None,
+                                 podgroup=podgroup)  # fmt: skip
+            except UNREACHABLE as e:
+                log.info("kubernetes: could not update %s (%s)", job, e)
 
     def _on_event(self, ev: watch.WatchEvent) -> None:
         obj = ev.object
