@@ -189,11 +189,22 @@ def test_missing_client_says_what_to_install(monkeypatch: pytest.MonkeyPatch) ->
 
 
 # ---- launch / status ------------------------------------------------------------------------
+def _writes(fake: FakeKubeAPIServer, since: int) -> list[str]:
+    """The mutating requests the fake served after the first ``since``: 'METHOD plural'."""
+    return [f"{m} {p.split('?')[0].rsplit('/', 2)[-1 if m == 'POST' else -2]}"
+            for m, p in fake.state.requests[since:] if m not in ("GET",)]  # fmt: skip
+
+
 def test_launch_creates_owned_objects_and_is_idempotent(
-    jobs: JobManager, api_client: client.ApiClient
+    jobs: JobManager, api_client: client.ApiClient, kube_fake: FakeKubeAPIServer
 ) -> None:
     s = spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
+    before = len(kube_fake.state.requests)
     first = jobs.submit(s)
+    # The Secret before the Job (pods read it), owned once the Job's uid exists; the
+    # Service after the Job, owned from birth: no request beyond the objects but that PATCH.
+    assert _writes(kube_fake, before) == ["POST secrets", "POST jobs", "POST services",
+                                          "PATCH secrets"]  # fmt: skip
     assert first.status in (JobStatus.PENDING, JobStatus.RUNNING)  # the watch may be quick
     assert {k: first.details[k] for k in ("namespace", "kind", "flavor")} == {
         "namespace": NS, "kind": "Job", "flavor": "indexed"}  # fmt: skip
@@ -201,6 +212,11 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     assert first.details["uid"] == job.metadata.uid
     secret = client.CoreV1Api(api_client).read_namespaced_secret("idem-credentials", NS)
     assert [r.uid for r in secret.metadata.owner_references] == [job.metadata.uid]
+    svc = client.CoreV1Api(api_client).read_namespaced_service(first.details["service"], NS)
+    assert [r.uid for r in svc.metadata.owner_references] == [job.metadata.uid]
+    before = len(kube_fake.state.requests)
+    jobs.submit(spec(["python", "sleeper.py"], name="plain"))
+    assert _writes(kube_fake, before) == ["POST jobs", "POST services"]  # the objects only
     assert "hf_abcdef123" not in json.dumps(first.to_dict())
     again = jobs.submit(
         spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
@@ -209,7 +225,7 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     with pytest.raises(SpecError) as e:
         jobs.submit(spec(["python", "sleeper.py", "--other"], name="idem"))
     assert e.value.field == "name" and "another spec" in str(e.value)
-    assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 1
+    assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 2
 
 
 def test_kubeconfig_token_hook_runs_once_a_second_not_per_request(

@@ -344,7 +344,7 @@ def test_kubeflow_pods_get_the_local_env_contract(procs: int) -> None:
 
 
 @pytest.mark.parametrize("flavor", ["indexed", "kubeflow"])
-def test_workers_wait_for_the_master_dns_name(flavor: str) -> None:
+def test_ranks_wait_for_the_master_dns_name(flavor: str) -> None:
     job = rendered(make(workers=2), flavor)
     templates = pod_templates(job.manifests[-1])
     waits = [
@@ -358,13 +358,19 @@ def test_workers_wait_for_the_master_dns_name(flavor: str) -> None:
     host = {e["name"]: e.get("value") for e in waits[0]["env"]}["MASTER_HOST"]
     assert "nslookup" in script and "exit 1" in script and "600" in script
     assert host == ("mnist-1-0.mnist-1" if flavor == "indexed" else "mnist-1-master-0")
-    if flavor == "kubeflow":  # only the Worker replica waits
+    single = rendered(make(workers=1), flavor)
+    single_waits = [
+        c["name"]
+        for t in pod_templates(single.manifests[-1])
+        for c in t["spec"].get("initContainers", [])
+    ]
+    if flavor == "kubeflow":  # only the Worker replica waits: the operator makes Services first
         master = job.manifests[0]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
         assert "initContainers" not in master
-    single = rendered(make(workers=1), flavor)
-    assert not [
-        c for t in pod_templates(single.manifests[-1]) for c in t["spec"].get("initContainers", [])
-    ]
+        assert single_waits == []
+    else:  # every rank, rank 0 and a lone worker too: the Service comes after the Job
+        assert "WORKBENCH_RANK" not in {e["name"] for e in waits[0]["env"]}
+        assert single_waits == ["wait-for-master"]
 
 
 def test_command_is_kept_literal_and_secret_arguments_go_through_the_secret() -> None:

@@ -30,7 +30,15 @@ from ...store import JobStore
 from .._jobfiles import JobFiles
 from ..base import Backend, Capabilities, NodeInfo, new_job_name
 from . import capacity
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, workload_kind
+from .cluster import (
+    BACKEND,
+    KUBEFLOW,
+    UNREACHABLE,
+    VOLCANO,
+    Cluster,
+    owner_ref,
+    workload_kind,
+)
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
 from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
 from .podlogs import PodLogs
@@ -216,7 +224,7 @@ class KubernetesBackend(Backend):
         return new_job_name(spec.command, self.store.exists)
 
     def launch(self, plan: Plan) -> JobRecord:
-        """Create the Secret, the Service and the workload, and record the job Pending.
+        """Create the Secret, the workload and the Service, and record the job Pending.
         The same name with the same spec returns the job that exists; another spec is a
         SpecError on ``name``."""
         if plan.backend != self.name:
@@ -261,20 +269,23 @@ class KubernetesBackend(Backend):
                 if any(secrets.values()):  # none: rerun reads no file as none saved
                     files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
                 (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
-                # The Secret (the pods read it) and the Service (the pods' DNS names, the
-                # master's included: it dials its own name) exist before the workload
-                # makes pods; then the workload becomes their owner, one PATCH each (an
-                # ownerReference needs the owner's uid, known only once it exists).
+                # The Secret exists before the workload makes pods (they read it), and
+                # becomes the workload's once that exists: a PATCH, as an ownerReference
+                # needs the owner's uid. The Service (the pods' DNS names) comes after
+                # the workload, owned from birth: every rank, rank 0 included, waits for
+                # the master's name before it starts (manifests.wait_for_master), so a
+                # job without credentials costs one request per object and no more.
                 if rendered.secret is not None:
                     cluster.create(ns, rendered.secret)
                     created.append(("Secret", rendered.secret["metadata"]["name"]))
-                for obj in rendered.manifests[:-1]:
-                    cluster.create(ns, obj)
-                    created.append((obj["kind"], obj["metadata"]["name"]))
                 workload = self._create_workload(cluster, ns, rendered.manifests[-1], digest)
                 created.append((kind, name))
-                for k, n in created[:-1]:  # they go with the workload
-                    cluster.own(ns, k, n, workload)
+                for obj in rendered.manifests[:-1]:
+                    owned = {**obj["metadata"], "ownerReferences": [owner_ref(workload)]}
+                    cluster.create(ns, {**obj, "metadata": owned})
+                    created.append((obj["kind"], obj["metadata"]["name"]))
+                if rendered.secret is not None:  # it goes with the workload
+                    cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
         except BaseException as e:
             for k, n in reversed(created):
                 cluster.delete_quietly(ns, k, n)

@@ -218,9 +218,10 @@ def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
             env.append({"name": key, "valueFrom": index_ref})
         else:
             env.append({"name": key, "value": value})
-    init = []
-    if spec.workers > 1:
-        init.append(builder.wait_for_master(master, skip_rank_zero=index_ref))
+    # Every rank waits for the master's name, rank 0 for its own: launch creates the
+    # Service after the Job (so that it is owned from birth), and a pod's record is
+    # published only once the pod has an address, whichever came first.
+    init = [builder.wait_for_master(master)]
     pod = builder.pod_spec("worker", env, builder.args(), init, port_name="master")
     pod["subdomain"] = svc  # with the hostname JOB-INDEX: the pod's DNS name
     pod["restartPolicy"] = "Never"
@@ -418,7 +419,9 @@ class _PodBuilder:
         self, master: str, skip_rank_zero: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """An init container that returns once ``master`` resolves (or fails after the
-        configured wait), so no worker dials a name that does not exist yet."""
+        configured wait), so no rank dials a name that does not exist yet (rank 0 skips
+        it with ``skip_rank_zero``, the field that holds the rank, where its own name is
+        published before its pod starts)."""
         limit = self.options.master_wait_seconds
         # $$ is Kubernetes' escape for $: it would otherwise read $(...) as a variable.
         script = (
