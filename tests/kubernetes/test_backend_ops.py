@@ -91,6 +91,7 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
     jp_server_config: Any,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
     """The same 2-rank job, once local and once on the fake cluster: the job widget,
     %gpu_jobs, %gpu_top, `workbench list/get/logs/top --backend` and GET
@@ -104,6 +105,13 @@ async def test_a_cluster_job_shows_on_every_surface_as_a_local_one(
 
     m = JobManager(Settings.load())
     gate = tmp_path / "gate"
+
+    def release() -> None:  # a failed assert leaves no supervisor waiting for the gate
+        gate.touch()
+        for record in m.list(status=["Pending", "Running", "Cancelling"]):
+            m.cancel(record.name, wait=15)
+
+    request.addfinalizer(release)
     for name, backend in (("here", "local"), ("there", "kubernetes")):
         m.submit(TrainSpec.from_dict({"name": name, "backend": backend, "workers": 2,
                                       "command": ["python", "-c", GATED],
