@@ -4,6 +4,7 @@ the backend (store included), against the fake API server. See bench_kubernetes.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import multiprocessing
 import random
 import re
@@ -83,7 +84,7 @@ def _serve(conn: Connection) -> None:
     fake.stop()
 
 
-def bench_submit_apart(n: int) -> dict[str, Any]:
+def bench_submit_apart(n: int, threads: int = 1) -> dict[str, Any]:
     """(d) and (e) with the fake server in another process."""
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
@@ -101,7 +102,20 @@ def bench_submit_apart(n: int) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             backend = backend_on(url, Path(tmp))
             try:
-                return bench_submit(since, backend, n)
+                if threads > 1:
+                    return bench_submit(since, backend, n, threads)
+                # The baseline in two halves, before and after, so that drift in this
+                # machine's speed falls on both alike.
+                first = bench_typed_client(backend, n // 2, "raw-a")
+                out = bench_submit(since, backend, n, threads)
+                second = bench_typed_client(backend, n - n // 2, "raw-b")
+                took, cpu = first[0] + second[0], first[1] + second[1]
+                out["baseline_typed_client"] = {"jobs": n, "jobs_per_second": round(n / took, 1),
+                                                "cpu_ms_per_job": round(cpu / n * 1000, 2)}  # fmt: skip
+                out["ratio_jobs_per_second_over_baseline"] = round(
+                    out["jobs_per_second"] / out["baseline_typed_client"]["jobs_per_second"], 2
+                )
+                return out
             finally:
                 backend.close()
     finally:
@@ -109,9 +123,36 @@ def bench_submit_apart(n: int) -> dict[str, Any]:
         proc.join(10)
 
 
-def bench_submit(since: Any, backend: KubernetesBackend, n: int) -> dict[str, Any]:
-    """(d) requests per submitted job and (e) client-side submission throughput;
-    ``since(i)`` gives the requests the server saw from the i-th on."""
+def bench_typed_client(backend: KubernetesBackend, n: int, prefix: str) -> tuple[float, float]:
+    """What a user of the official client writes instead, against the same server: the
+    same Job and Service per job (rendered beforehand, outside the clock), created with
+    the typed ``create_namespaced_job`` and ``create_namespaced_service``; no store, no
+    files, no checks, no ownership. Without workbench's label, so the backend's watches
+    in this process skip them. Returns (wall seconds, CPU seconds)."""
+    from kubernetes import client
+
+    api = backend.cluster.api
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    bodies = []
+    for i in range(n):
+        spec = TrainSpec.from_dict({"name": f"{prefix}-{i:04d}", "command": ["python", "train.py"],
+                                    "image": "pytorch", "workers": 2, "gpus": i % 2})  # fmt: skip
+        service, job = backend.admit(spec).backend_state["rendered"].manifests
+        for obj in (service, job):
+            obj["metadata"]["labels"] = {"app": spec.name}
+        bodies.append((service, job))
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for service, job in bodies:
+        batch.create_namespaced_job(NS, job)
+        core.create_namespaced_service(NS, service)
+    return time.perf_counter() - t0, time.process_time() - cpu0
+
+
+def bench_submit(since: Any, backend: KubernetesBackend, n: int,
+                 threads: int = 1) -> dict[str, Any]:  # fmt: skip
+    """(d) requests per submitted job and (e) client-side submission throughput, one
+    submit after another or from ``threads`` threads at once (as the server's request
+    handlers submit); ``since(i)`` gives the requests the server saw from the i-th on."""
     specs = [TrainSpec.from_dict({"name": f"job-{i:04d}", "command": ["python", "train.py"],
                                   "image": "pytorch", "workers": 2, "gpus": i % 2})
              for i in range(n)]  # fmt: skip
@@ -120,14 +161,21 @@ def bench_submit(since: Any, backend: KubernetesBackend, n: int) -> dict[str, An
     time.sleep(0.5)  # the namespace's watches are up (their list + watch requests are once)
     before = len(since(0))
     t0, cpu0 = time.perf_counter(), time.process_time()
-    for s in specs:
-        backend.submit(s)
+    if threads == 1:
+        for s in specs:
+            backend.submit(s)
+    else:
+        with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+            list(pool.map(backend.submit, specs))  # re-raises the first failure
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    stored = backend.store.count(backend=backend.name) - 1  # the warm-up's left out
+    assert stored == n, f"{stored} of {n} jobs stored"
     made = since(before)
     kinds = collections.Counter(request_kind(m, p) for m, p in made)
     per_job = {k: round(v / n, 2) for k, v in sorted(kinds.items()) if not k.startswith("WATCH")}
     return {
         "jobs": n,
+        "threads": threads,
         "objects_created_per_job": 2,  # Service + Job (no credentials in these specs)
         "requests_per_job": round(sum(per_job.values()), 2),
         "by_kind_per_job": per_job,
@@ -250,6 +298,9 @@ def run(jobs: int, seconds: float, changes: int, parts: set[str]) -> dict[str, A
     add_nodes(fake)
     if parts & {"d", "e"}:
         out["d_e_submit_server_apart"] = bench_submit_apart(jobs)
+        # Several submits in flight overlap one's round trips with another's client work
+        # (a server's request handlers, or a sweep submitted from a thread pool).
+        out["e_submit_server_apart_4_threads"] = bench_submit_apart(jobs, threads=4)
     with tempfile.TemporaryDirectory() as tmp:
         backend = backend_on(fake.url, Path(tmp))
         try:

@@ -268,7 +268,8 @@ class KubernetesBackend(Backend):
                 secrets = spec.secrets()
                 if any(secrets.values()):  # none: rerun reads no file as none saved
                     files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
-                (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
+                if spec.max_retries:  # what a gang restart creates again (read only then)
+                    (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
                 # The Secret exists before the workload makes pods (they read it), and
                 # becomes the workload's once that exists: a PATCH, as an ownerReference
                 # needs the owner's uid. The Service (the pods' DNS names) comes after
