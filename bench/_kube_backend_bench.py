@@ -84,8 +84,9 @@ def _serve(conn: Connection) -> None:
     fake.stop()
 
 
-def bench_submit_apart(n: int, threads: int = 1) -> dict[str, Any]:
-    """(d) and (e) with the fake server in another process."""
+def bench_submit_apart(n: int, threads: int = 1, baseline: bool = True) -> dict[str, Any]:
+    """(d) and (e) with the fake server in another process; with one thread, the typed
+    client's baseline around it unless ``baseline`` is False."""
     ctx = multiprocessing.get_context("spawn")
     here, there = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(there,), daemon=True)
@@ -102,7 +103,7 @@ def bench_submit_apart(n: int, threads: int = 1) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             backend = backend_on(url, Path(tmp))
             try:
-                if threads > 1:
+                if threads > 1 or not baseline:
                     return bench_submit(since, backend, n, threads)
                 # The baseline in two halves, before and after, so that drift in this
                 # machine's speed falls on both alike.
