@@ -65,3 +65,32 @@ def test_browse_errors_are_mount_errors(s3) -> None:
         data.ls("zork://b/x")
     with pytest.raises(MountError, match="does not exist"):
         data.head("s3://no-such-bucket-y/x.txt")
+
+
+def test_local_links_read_as_their_targets_and_the_unreadable_are_left_out(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A local dataset of symbolic links (a Hugging Face snapshot is one) lists, sizes up
+    and prefetches as its targets: fsspec's local listing calls every link "other", which
+    the datasets API's schema refuses and du and the cache skipped. A broken link and a
+    pipe hold nothing to train on: they are left out."""
+    import os
+
+    from workbench.data.cache import list_objects
+    from workbench.data.urls import open_store
+
+    blobs, ds = tmp_path / "blobs", tmp_path / "ds"
+    (blobs / "shards").mkdir(parents=True)
+    (blobs / "w").write_bytes(b"x" * 1000)
+    (blobs / "shards" / "s0").write_bytes(b"y" * 10)
+    ds.mkdir()
+    (ds / "config.json").write_text("{}")
+    (ds / "weights.bin").symlink_to(blobs / "w")
+    (ds / "shards").symlink_to(blobs / "shards", target_is_directory=True)
+    (ds / "broken").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(ds / "pipe")
+    entries = data.ls(str(ds))
+    assert [(e.name.rsplit("/", 1)[-1], e.type, e.size) for e in entries] == [
+        ("config.json", "file", 2), ("shards", "directory", entries[1].size),
+        ("weights.bin", "file", 1000)]  # fmt: skip
+    assert data.du(str(ds)) == {"bytes": 1002, "files": 2}  # a linked folder is not walked
+    objects, single = list_objects(open_store(str(ds)))
+    assert not single and sorted(o.rel for o in objects) == ["config.json", "weights.bin"]

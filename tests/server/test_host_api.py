@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from tests.server.conftest import body, py, submit, wait_done
+from tests.server.conftest import body, py, submit, validate_response, wait_done
 
 
 async def test_gpus_report_the_monitor_state_without_a_gpu(jp_fetch):
@@ -53,14 +53,17 @@ async def test_datasets_browse(jp_fetch, jp_root_dir):
     root = Path(jp_root_dir)  # local paths are browsable under the server's root only
     (root / "ds").mkdir()
     (root / "ds" / "train.csv").write_text("a,b\n1,2\n")
+    (root / "ds" / "linked.csv").symlink_to(root / "ds" / "train.csv")  # listed as its target
+    (root / "ds" / "broken").symlink_to(root / "nowhere")  # nothing to read: left out
     url = str(root / "ds")
     with pytest.raises(HTTPClientError) as missing:
         await jp_fetch("workbench", "api", "datasets")
     assert missing.value.code == 400 and json.loads(missing.value.response.body)["field"] == "url"
-    data = body(await jp_fetch("workbench", "api", "datasets", params={"url": url}))
+    listed = await jp_fetch("workbench", "api", "datasets", params={"url": url})
+    validate_response(("workbench", "api", "datasets"), "GET", listed)  # no type "other"
+    data = body(listed)
     assert [(e["name"].rsplit("/", 1)[-1], e["type"], e["size"]) for e in data["entries"]] == [
-        ("train.csv", "file", 8)
-    ]
+        ("linked.csv", "file", 8), ("train.csv", "file", 8)]  # fmt: skip
     with pytest.raises(HTTPClientError) as gone:
         await jp_fetch("workbench", "api", "datasets", params={"url": str(root / "nope")})
     assert gone.value.code == 400 and json.loads(gone.value.response.body)["field"] == "url"

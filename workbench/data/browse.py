@@ -46,7 +46,10 @@ def ls(
         raise store.error("cannot list", e) from None
     prefix = url.split("://", 1)[0] + "://" if "://" in url else ""
     out = []
-    for it in items:
+    for listed in items:
+        it = store.followed(listed)
+        if it is None:  # nothing to train on (a broken link, a pipe): not a dataset's part
+            continue
         name = store.fs._strip_protocol(it["name"]).strip("/") if prefix else it["name"]
         modified = it.get("LastModified") or it.get("last_modified") or it.get("mtime") or ""
         out.append(Entry(name=prefix + name, type=it.get("type", "file"), size=int(it.get("size") or 0),
@@ -66,7 +69,7 @@ def du(
             found = {store.path: store.fs.info(store.path)}
     except Exception as e:
         raise store.error("cannot size up", e) from None
-    files = [v for v in found.values() if v.get("type") == "file"]
+    files = [v for v in map(store.followed, found.values()) if v and v["type"] == "file"]
     return {"bytes": sum(int(v.get("size") or 0) for v in files), "files": len(files)}
 
 

@@ -112,8 +112,9 @@ def list_objects(store: Store) -> tuple[list[RemoteObject], bool]:
         raise store.error("cannot list", e) from None
     base = fs._strip_protocol(root).rstrip("/")
     out = []
-    for path, entry in sorted(found.items()):
-        if entry.get("type") != "file" or path.endswith("/"):
+    for path, listed in sorted(found.items()):
+        entry = store.followed(listed)
+        if entry is None or entry["type"] != "file" or path.endswith("/"):
             continue
         rel = fs._strip_protocol(path)[len(base) :].lstrip("/")
         if rel:

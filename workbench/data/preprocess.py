@@ -147,7 +147,9 @@ def preprocess(
             sorted(src.fs.glob(src.path))
             if any(c in src.path for c in "*?[")
             else sorted(
-                p for p, i in src.fs.find(src.path, detail=True).items() if i.get("type") == "file"
+                p
+                for p, i in src.fs.find(src.path, detail=True).items()
+                if (src.followed(i) or {}).get("type") == "file"
             )
         )
     except Exception as e:

@@ -191,6 +191,23 @@ class Store:
         """Mask this store's credentials in ``text``."""
         return redact(text, self.secrets)
 
+    def followed(self, entry: dict[str, Any]) -> dict[str, Any] | None:
+        """A listing entry (``ls``/``find`` with detail) as a file or a folder. fsspec's
+        local filesystem lists a symbolic link as type ``other`` (its ``info`` follows
+        it): a link is read as its target, under its own name. None for what is neither
+        a file nor a folder: a broken link, a pipe, a socket, a device."""
+        if entry.get("type") in ("file", "directory"):
+            return entry
+        if not entry.get("islink"):
+            return None
+        try:
+            target: dict[str, Any] = self.fs.info(entry["name"])
+        except OSError:  # a broken link
+            return None
+        if target.get("type") not in ("file", "directory"):
+            return None
+        return {**target, "name": entry["name"]}
+
 
 def open_store(
     url: str | DataURL,
