@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -81,18 +82,33 @@ def python() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _close_cached_managers() -> Iterator[None]:
-    """Close what a test's in-process CLI or API calls left in workbench.api's manager
-    cache: a Kubernetes backend's namespace watches otherwise keep retrying a fake API
-    server that has stopped, for the rest of the session (CPU and log noise that slowed
-    later timing-sensitive tests)."""
+def _close_cached_managers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every Kubernetes backend the test made (its own managers', and those a
+    test's in-process CLI or API calls left in workbench.api's manager cache), and empty
+    that cache: a backend's namespace watches otherwise keep retrying a fake API server
+    that has stopped, for the rest of the session (CPU and log noise that slowed later
+    timing-sensitive tests)."""
+    made: list[Any] = []
+    try:
+        from workbench.backends.kubernetes.backend import KubernetesBackend
+    except ImportError:  # no kubernetes client: no such backend to close
+        pass
+    else:
+        init = KubernetesBackend.__init__
+
+        def tracked(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            made.append(self)
+
+        monkeypatch.setattr(KubernetesBackend, "__init__", tracked)
     yield
     from workbench import api
 
     for m in list(api._managers.values()):
-        for backend in list(m._backends.values()):
-            close = getattr(backend, "close", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    close()
+        made.extend(m._backends.values())
+    for backend in made:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
     api._managers.clear()
