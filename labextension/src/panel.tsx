@@ -422,6 +422,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
   const [rank, setRank] = React.useState<number | 'all'>(0);
   const [error, setError] = React.useState<string | null>(null);
   const [ended, setEnded] = React.useState(false);
+  const [silent, setSilent] = React.useState(false); // the stream ended with no line
   const pre = React.useRef<HTMLPreElement>(null);
   const terminal = TERMINAL.has(job.status);
   // Follow by default as the Settings Editor says; the view's own box switches it.
@@ -435,6 +436,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
     node.textContent = '';
     setError(null);
     setEnded(false);
+    setSilent(false);
     const abort = new AbortController();
     // New lines since the last frame; the box holds one text node per frame's batch, so a
     // frame appends one node and drops whole old ones instead of rewriting 5,000 lines.
@@ -471,6 +473,7 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
       .then(() => {
         flush();
         setEnded(true);
+        setSilent(kept === 0);
       })
       .catch((e: Error) => {
         if (!abort.signal.aborted && e.name !== 'AbortError') setError(e.message);
@@ -517,7 +520,20 @@ function LogView({ client, job }: { client: WorkbenchClient; job: JobView }): JS
         </span>
       </div>
       {error && <ErrorBox message={error} />}
-      <pre ref={pre} className="jp-WorkbenchPanel-log" tabIndex={0} aria-label="Log text" data-rank={rank} />
+      {silent && !error && (
+        <div className="jp-WorkbenchPanel-empty" data-log-empty>
+          {rank === 'all' ? 'No rank has' : `Rank ${rank} has`} written no output
+          {terminal ? '.' : ' yet.'}
+        </div>
+      )}
+      <pre
+        ref={pre}
+        hidden={silent && !error}
+        className="jp-WorkbenchPanel-log"
+        tabIndex={0}
+        aria-label="Log text"
+        data-rank={rank}
+      />
     </section>
   );
 }

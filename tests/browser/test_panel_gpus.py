@@ -186,6 +186,11 @@ def test_gpus_tab_cards_job_charts_and_dark_theme(
         assert lines.nth(i).get_attribute("data-skipped") == "1"
         d = lines.nth(i).get_attribute("d") or ""
         assert d.count("M") == 2 and "NaN" not in d and "Infinity" not in d, d
+    # The script prints nothing: the log view says so instead of showing an empty box.
+    silent = detail.locator("[data-log-empty]")
+    silent.wait_for(timeout=30_000)
+    assert silent.inner_text() == "Rank 0 has written no output.", silent.inner_text()
+    assert detail.locator("pre.jp-WorkbenchPanel-log").is_hidden()
     job_shot = tmp_path / "panel-job.png"
     detail.screenshot(path=str(job_shot))
 
