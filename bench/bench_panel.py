@@ -12,7 +12,8 @@ B) a job writes --rate log lines/s for --stream-seconds into the followed job vi
    animation frames counted against 60 per second (frames dropped), and that the view ends
    on the job's last line.
 C) bytes received over the events WebSocket per minute: the panel idle for --idle-seconds,
-   and while the job of B runs (its log itself goes over HTTP).
+   and while the job of B runs (its log itself goes over HTTP; it logs two scalars 10
+   times a second, which the open job view's charts receive as metrics frames).
 D) the bundle: the wheel's static/*.js, raw and gzipped (React and JupyterLab are shared
    from the host page, not shipped).
 
@@ -68,15 +69,20 @@ PERF_JS = """
 """
 CHATTY = """\
 import sys, time
+from workbench import run
 rate, seconds = int(sys.argv[1]), float(sys.argv[2])
-batch, n = rate // 100, 0
+batch, n, step = rate // 100, 0, 0
 end = time.monotonic() + seconds
 while time.monotonic() < end:
     tick = time.monotonic()
     sys.stdout.write("".join(f"line {n + i} of a chatty job\\n" for i in range(batch)))
     sys.stdout.flush()
     n += batch
+    step += 1
+    if step % 10 == 0:  # scalars 10 times a second, as a training loop logs them
+        run.log(step=step, loss=1.0 / step, lr=0.1)
     time.sleep(max(0.0, 0.01 - (time.monotonic() - tick)))
+run.flush()
 print(f"done after {n} lines", flush=True)
 """
 
