@@ -56,6 +56,7 @@ def main() -> None:
     # Supervisors start with `python -m`, which puts the working directory first on
     # sys.path: run from the temp folder so they import --code's workbench, not the cwd's.
     os.chdir(tmp)
+    from workbench.backends import gpu_queue
     from workbench.backends.gpu_queue import decide
     from workbench.manager import JobManager
     from workbench.spec import JobStatus, TrainSpec
@@ -86,9 +87,12 @@ def main() -> None:
     sups = [psutil.Process(r["details"]["supervisor_pid"]) for r in m.store.active_rows(backend="local")
             if r["name"] in set(names)]  # fmt: skip
     rss = statistics.median(p.memory_info().rss for p in sups) / 2**20
+    # Steady state: past one fallback poll after the last waiter's "Queued" write, then
+    # 10 s (about 3 polls of each waiter).
+    time.sleep(gpu_queue.POLL_SECONDS + 1.0)
     cpu0 = sum(p.cpu_times().user + p.cpu_times().system for p in sups)
-    time.sleep(5.0)
-    cpu_per_s = (sum(p.cpu_times().user + p.cpu_times().system for p in sups) - cpu0) / 5.0
+    time.sleep(10.0)
+    cpu_per_s = (sum(p.cpu_times().user + p.cpu_times().system for p in sups) - cpu0) / 10.0
     rows = m.store.active_rows(backend="local")
     costs = []
     for _ in range(50):

@@ -87,3 +87,19 @@ def test_many_openers_of_a_fresh_store_all_succeed(tmp_path):
         for t in threads:
             t.join()
         assert errors == [], f"round {round_}: {errors[0]}"
+
+
+def test_data_version_moves_only_when_another_connection_commits(tmp_path: Path) -> None:
+    """A waiting supervisor skips its queue decision while data_version stands still: it
+    must move on every commit from elsewhere (another process's store), and not on a read
+    or on this connection's own writes (a waiter's own "Queued" event)."""
+    mine, theirs = JobStore(tmp_path / "s.db"), JobStore(tmp_path / "s.db")
+    mine.insert(record("a", 1.0))
+    v0 = mine.data_version()
+    mine.update("a", message="waiting")  # its own write
+    mine.active_rows("local")  # a read
+    assert mine.data_version() == v0
+    theirs.update("a", status=JobStatus.RUNNING)
+    v1 = mine.data_version()
+    assert v1 != v0 and mine.data_version() == v1
+    assert [r["status"] for r in mine.active_rows("local")] == ["Running"]

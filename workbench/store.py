@@ -333,6 +333,12 @@ class JobStore:
         return _decoded(r) if r else None
 
     @_translated
+    def data_version(self) -> int:
+        """SQLite's ``PRAGMA data_version`` on this thread's connection: it changes when
+        another connection commits, and only then (a waiter's "has anything changed")."""
+        return int(self._conn().execute("PRAGMA data_version").fetchone()[0])
+
+    @_translated
     def active_rows(self, backend: str | None = None) -> list[dict[str, Any]]:
         """Raw rows (``details`` decoded) of jobs not yet finished, of one backend or all."""
         q = f"SELECT * FROM jobs WHERE status IN {_IN_ACTIVE}"
