@@ -7,7 +7,9 @@ never takes what one ahead of it can use, and a small job may start while a big 
 waits for more GPUs than are free. A supervisor waiting for GPUs takes its share only when
 the decision names it (read without the lock; confirmed under it); a supervisor that gives
 GPUs back makes the decision and wakes (with SIGUSR1) exactly the supervisors it names, so
-the next job starts at once, not at its next poll (every POLL_SECONDS, the fallback).
+the next job starts at once, not at its next poll (every POLL_SECONDS, the fallback, which
+decides again only when another process has committed to the store since: the decision is
+a function of the store's rows alone).
 """
 
 from __future__ import annotations
