@@ -9,25 +9,11 @@ import json
 import time
 from typing import Any
 
-import jsonschema
-
 from tests.server.conftest import py, submit, wait_done
-from workbench import wireschema
+from tests.server.test_events_protocol import EVENTS, check
 from workbench.manager import JobManager
 from workbench.monitor.metrics import READ_CHUNK, parse_cursor
 from workbench.spec import JobRecord, JobStatus
-
-EVENTS = ("workbench", "api", "events")
-SCHEMAS = {"components": {"schemas": wireschema.schemas()}}
-KINDS = {
-    "hello": "EventHello",
-    "job": "EventJob",
-    "job_deleted": "EventJobDeleted",
-    "reset": "EventReset",
-    "gpu": "EventGpu",
-    "metrics": "EventMetrics",
-    "error": "EventError",
-}
 
 # Logs one loss per file go-N the test touches in the folder it is given; ends on "stop".
 STEPPER = """\
@@ -42,13 +28,6 @@ while not os.path.exists(os.path.join(d, "stop")):
     else:
         time.sleep(0.02)
 """
-
-
-def check(msg: dict[str, Any]) -> dict[str, Any]:
-    """``msg``, validated against its generated schema."""
-    ref = f"#/components/schemas/{KINDS[msg['type']]}"
-    jsonschema.Draft202012Validator({"$ref": ref, **SCHEMAS}).validate(msg)
-    return msg
 
 
 async def frames(ws: Any, kind: str, timeout: float = 30) -> dict[str, Any]:

@@ -31,6 +31,8 @@ EVENT_SCHEMA = {
     "job_deleted": "EventJobDeleted",
     "reset": "EventReset",
     "gpu": "EventGpu",
+    "metrics": "EventMetrics",
+    "error": "EventError",
 }
 
 
@@ -39,7 +41,11 @@ async def read(ws: Any, timeout: float = 20) -> dict[str, Any]:
     or after ``timeout``)."""
     raw = await asyncio.wait_for(ws.read_message(), timeout)
     assert raw is not None, f"the event stream closed: {ws.close_code} {ws.close_reason}"
-    msg = dict(json.loads(raw))
+    return check(dict(json.loads(raw)))
+
+
+def check(msg: dict[str, Any]) -> dict[str, Any]:
+    """``msg``, validated against the generated schema of its type."""
     ref = f"#/components/schemas/{EVENT_SCHEMA[msg['type']]}"
     jsonschema.Draft202012Validator({"$ref": ref, **SCHEMAS}).validate(msg)
     return msg
