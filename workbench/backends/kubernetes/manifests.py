@@ -424,8 +424,9 @@ class _PodBuilder:
         published before its pod starts)."""
         limit = self.options.master_wait_seconds
         # $$ is Kubernetes' escape for $: it would otherwise read $(...) as a variable.
+        skip = 'if [ "$WORKBENCH_RANK" = 0 ]; then exit 0; fi; ' if skip_rank_zero else ""
         script = (
-            'if [ "${WORKBENCH_RANK:-1}" = 0 ]; then exit 0; fi; waited=0; '
+            f"{skip}waited=0; "
             'until nslookup "$MASTER_HOST" >/dev/null 2>&1; do '
             f'if [ "$waited" -ge {limit} ]; then '
             f'echo "workbench: master $MASTER_HOST did not resolve within {limit}s" >&2; exit 1; fi; '
