@@ -283,11 +283,14 @@ class FakeCluster:
                     f"{name}.{ns}.svc.cluster.local",
                 }
         text = "".join(f"{n}\n" for n in sorted(names))
+        # The names the kubelet rewrites to loopback first, then the file nslookup reads:
+        # an init container that sees a name resolve starts a main container whose env
+        # the kubelet rewrites with that name known (the other order lost that race once).
+        self.dns_names = names
         if self.dns_file.read_text() != text:
             tmp = self.dns_file.with_suffix(".tmp")
             tmp.write_text(text)
             tmp.replace(self.dns_file)
-        self.dns_names = names
 
     # -- kubelet --
     def _reconcile_pods(self) -> None:
