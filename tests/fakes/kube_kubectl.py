@@ -6,7 +6,11 @@
 * ``exec --registry DIR POD [--container C | -c C] -- CMD...``: that kubectl's ``exec``:
   run CMD as a local process with the env and working directory of POD's running
   container, as the real ``kubectl exec`` runs it inside the container. The fake kubelet
-  registers each running main container in DIR/NAMESPACE/POD.json.
+  registers each running main container in DIR/NAMESPACE/POD.json. Each exec appends one
+  JSON line (pod, container, command) to DIR/exec.log, in a single O_APPEND write, so
+  concurrent execs never interleave: the record a test reads, like an apiserver's audit
+  log of ``pods/exec``. (The rsh agent's own ``set -x`` trace cannot serve: two agents
+  share one stderr and their trace lines interleave mid-line.)
 """
 
 from __future__ import annotations
@@ -50,6 +54,23 @@ def deliver(registry: Path, hostfile: Path, timeout: float = 300.0) -> int:
     return 0
 
 
+def _audit(registry: Path, entry: dict[str, object]) -> None:
+    line = (json.dumps(entry) + "\n").encode()
+    fd = os.open(registry / "exec.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)  # one write on an O_APPEND fd: whole, never interleaved
+    finally:
+        os.close(fd)
+
+
+def exec_log(registry: Path) -> list[dict[str, object]]:
+    """Every ``kubectl exec`` the fake ran under REGISTRY, in order."""
+    path = registry / "exec.log"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def kubectl_exec(registry: Path, args: list[str]) -> int:
     """``kubectl exec POD [-c C] -- CMD...``: exec CMD with the container's env."""
     if "--" not in args:
@@ -63,6 +84,9 @@ def kubectl_exec(registry: Path, args: list[str]) -> int:
         print(f"error: unable to upgrade connection: pod {pods[:1]} is not running",
               file=sys.stderr)  # fmt: skip
         return 1
+    container = next((head[i + 1] for i, a in enumerate(head[:-1])
+                      if a in ("-c", "--container")), None)  # fmt: skip
+    _audit(registry, {"pod": pods[0], "container": container, "command": cmd})
     env = {str(k): str(v) for k, v in dict(entry["env"]).items()}  # type: ignore[call-overload]
     os.chdir(str(entry["cwd"]))
     os.execvpe(cmd[0], cmd, env)
