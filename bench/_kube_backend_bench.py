@@ -69,7 +69,8 @@ def request_kind(method: str, path: str) -> str:
 
 def _serve(conn: Connection) -> None:
     """The fake in a process of its own, so the client's figures are the client's: it
-    answers "url", ("since", i) -> requests served from the i-th on, and "stop"."""
+    answers "url", ("since", i) -> requests served from the i-th on, "cpu" -> its own CPU
+    seconds so far (every thread), and "stop"."""
     fake = FakeKubeAPIServer().start()
     add_nodes(fake)
     while True:
@@ -79,6 +80,8 @@ def _serve(conn: Connection) -> None:
         elif isinstance(cmd, tuple) and cmd[0] == "since":
             with fake.state.lock:
                 conn.send(list(fake.state.requests[cmd[1] :]))
+        elif cmd == "cpu":
+            conn.send(time.process_time())
         else:
             break
     fake.stop()
@@ -100,15 +103,20 @@ def bench_submit_apart(n: int, threads: int = 1, baseline: bool = True) -> dict[
             got: list[tuple[str, str]] = here.recv()
             return got
 
+        def server_cpu() -> float:
+            here.send("cpu")
+            got: float = here.recv()
+            return got
+
         with tempfile.TemporaryDirectory() as tmp:
             backend = backend_on(url, Path(tmp))
             try:
                 if threads > 1 or not baseline:
-                    return bench_submit(since, backend, n, threads)
+                    return bench_submit(since, backend, n, threads, server_cpu)
                 # The baseline in two halves, before and after, so that drift in this
                 # machine's speed falls on both alike.
                 first = bench_typed_client(backend, n // 2, "raw-a")
-                out = bench_submit(since, backend, n, threads)
+                out = bench_submit(since, backend, n, threads, server_cpu)
                 second = bench_typed_client(backend, n - n // 2, "raw-b")
                 took, cpu = first[0] + second[0], first[1] + second[1]
                 out["baseline_typed_client"] = {"jobs": n, "jobs_per_second": round(n / took, 1),
@@ -149,11 +157,12 @@ def bench_typed_client(backend: KubernetesBackend, n: int, prefix: str) -> tuple
     return time.perf_counter() - t0, time.process_time() - cpu0
 
 
-def bench_submit(since: Any, backend: KubernetesBackend, n: int,
-                 threads: int = 1) -> dict[str, Any]:  # fmt: skip
+def bench_submit(since: Any, backend: KubernetesBackend, n: int, threads: int = 1,
+                 server_cpu: Any = None) -> dict[str, Any]:  # fmt: skip
     """(d) requests per submitted job and (e) client-side submission throughput, one
     submit after another or from ``threads`` threads at once (as the server's request
-    handlers submit); ``since(i)`` gives the requests the server saw from the i-th on."""
+    handlers submit); ``since(i)`` gives the requests the server saw from the i-th on,
+    ``server_cpu()`` (when the server runs apart) its process's CPU seconds."""
     specs = [TrainSpec.from_dict({"name": f"job-{i:04d}", "command": ["python", "train.py"],
                                   "image": "pytorch", "workers": 2, "gpus": i % 2})
              for i in range(n)]  # fmt: skip
@@ -161,6 +170,7 @@ def bench_submit(since: Any, backend: KubernetesBackend, n: int,
                                         "image": "pytorch"}))  # fmt: skip
     time.sleep(0.5)  # the namespace's watches are up (their list + watch requests are once)
     before = len(since(0))
+    server0 = server_cpu() if server_cpu else 0.0
     t0, cpu0 = time.perf_counter(), time.process_time()
     if threads == 1:
         for s in specs:
@@ -169,6 +179,7 @@ def bench_submit(since: Any, backend: KubernetesBackend, n: int,
         with concurrent.futures.ThreadPoolExecutor(threads) as pool:
             list(pool.map(backend.submit, specs))  # re-raises the first failure
     took, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    server = server_cpu() - server0 if server_cpu else None
     stored = backend.store.count(backend=backend.name) - 1  # the warm-up's left out
     assert stored == n, f"{stored} of {n} jobs stored"
     made = since(before)
@@ -186,6 +197,9 @@ def bench_submit(since: Any, backend: KubernetesBackend, n: int,
         # when it runs in-process): what one core could do without other load
         "cpu_ms_per_job": round(cpu / n * 1000, 2),
         "jobs_per_cpu_second": round(n / cpu, 1),
+        # the fake server's own CPU per job (its process, every thread), when it runs apart:
+        # what the server's side of the round trips costs, on the other core
+        **({"server_cpu_ms_per_job": round(server / n * 1000, 2)} if server is not None else {}),
     }
 
 
