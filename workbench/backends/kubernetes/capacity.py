@@ -9,6 +9,7 @@ extender noted (``ALIYUN_COM_GPU_MEM_IDX``) or, where unknown, the first with ro
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,10 +28,18 @@ COUNTED = (GPU_RESOURCE, GPUSHARE_MEM, HAMI_MEM, HAMI_CORES)  # what a gang's po
 
 def quantity(value: Any) -> float:
     """A Kubernetes quantity ("2", "500m", "16Gi") as a number."""
+    return _quantity(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(text: str) -> float:
+    # Memoised: a cluster writes few distinct quantities, and the capacity check of each
+    # submit parses every node's allocatable and every pod's requests again (Decimal and
+    # a regex, ~5 us each: a tenth of a submit's client CPU, bench/kube_submit_phases.py).
     from kubernetes.utils import parse_quantity
 
     try:
-        return float(parse_quantity(str(value)))
+        return float(parse_quantity(text))
     except (ValueError, TypeError):
         return 0.0
 
