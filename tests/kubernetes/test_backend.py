@@ -4,6 +4,7 @@ names, scheduling events, capacity, nodes, config, the CLI and the server."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -226,6 +227,65 @@ def test_launch_creates_owned_objects_and_is_idempotent(
         jobs.submit(spec(["python", "sleeper.py", "--other"], name="idem"))
     assert e.value.field == "name" and "another spec" in str(e.value)
     assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 2
+
+
+KILLED_MID_LAUNCH = """
+import json, os, signal, sys
+from workbench.backends.kubernetes.cluster import Cluster
+from workbench.manager import JobManager
+from workbench.settings import Settings
+from workbench.spec import TrainSpec
+
+create = Cluster.create
+
+def killed_before_the_service(self, ns, obj):
+    if obj["kind"] == "Service":  # the Secret and the Job exist; the row is not committed
+        os.kill(os.getpid(), signal.SIGKILL)
+    return create(self, ns, obj)
+
+Cluster.create = killed_before_the_service
+m = JobManager(Settings.load(backend="kubernetes", kubernetes={"flavor": "indexed"}))
+m.submit(TrainSpec.from_dict(json.loads(sys.argv[1])))
+"""
+
+
+def test_a_launch_killed_before_its_commit_is_adopted_by_the_same_spec(
+    jobs: JobManager, api_client: client.ApiClient, wb_home: Path, tmp_path: Path
+) -> None:
+    """kill -9 between the Job's POST and the store's commit: the row is rolled back, the
+    Secret and the Job stay on the cluster. The same spec submitted again from the same
+    home adopts them (a Service made, the Secret made again with the values given now)
+    instead of refusing its own job; another home with that spec is still refused."""
+    first = spec(["python", "sleeper.py"], name="orphan", env={"HF_TOKEN": "hf_first"})
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, json.dumps(first.to_dict())],
+                            cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    orphan = batch.read_namespaced_job("orphan", NS)
+    assert jobs.store.row("orphan") is None  # what the kill left: objects no row names
+    assert [s.metadata.name for s in core.list_namespaced_service(NS).items] == []
+
+    with pytest.raises(SpecError) as e:  # the name check still refuses another spec
+        jobs.submit(spec(["python", "sleeper.py", "--other"], name="orphan"))
+    assert e.value.field == "name"
+    again = jobs.submit(spec(["python", "sleeper.py"], name="orphan",
+                             env={"HF_TOKEN": "hf_second"}))  # fmt: skip
+    assert again.details["uid"] == orphan.metadata.uid  # adopted, not made again
+    assert [j.metadata.name for j in batch.list_namespaced_job(NS).items] == ["orphan"]
+    svc = core.read_namespaced_service(again.details["service"], NS)
+    assert [r.uid for r in svc.metadata.owner_references] == [orphan.metadata.uid]
+    secret = core.read_namespaced_secret("orphan-credentials", NS)
+    assert [base64.b64decode(v).decode() for v in secret.data.values()] == ["hf_second"]
+    assert [r.uid for r in secret.metadata.owner_references] == [orphan.metadata.uid]
+    wait_for(lambda: jobs.get("orphan").status is JobStatus.RUNNING, timeout=60,
+             what="the adopted job running")  # fmt: skip
+
+    other = Settings.load(home=str(tmp_path / "another-home"), backend="kubernetes",
+                          kubernetes={"flavor": "indexed"})  # fmt: skip
+    with pytest.raises(SpecError) as e:
+        JobManager(other).submit(spec(["python", "sleeper.py"], name="orphan"))
+    assert e.value.field == "name" and "already" in str(e.value)
+    assert batch.read_namespaced_job("orphan", NS).metadata.uid == orphan.metadata.uid
 
 
 def test_kubeconfig_token_hook_runs_once_a_second_not_per_request(

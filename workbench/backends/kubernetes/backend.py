@@ -14,7 +14,9 @@ import builtins
 import contextlib
 import hashlib
 import json
+import logging
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -45,7 +47,13 @@ from .podlogs import PodLogs
 from .tracker import WORKLOAD_FILE, JobSync, NamespaceTracker
 from .volcano import KIND_KEY as VOLCANO_KIND
 
+log = logging.getLogger(__name__)
+
 SPEC_HASH = "workbench.io/spec-hash"
+# Which workbench home made an object (a hash of host name and home path): a launch killed
+# between its creates and its store commit leaves objects no row names, and the same spec
+# submitted again from the same home adopts them instead of refusing its own job.
+ORIGIN = "workbench.io/origin"
 MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
 SETTLE = 10.0  # seconds a follower waits after the last pod's log for the job's end
 DATA_SCHEMES = ("pvc", "nas", "s3", "s3a", "oss")
@@ -77,6 +85,8 @@ class KubernetesBackend(Backend):
         self._contexts: dict[str | None, tuple[Cluster, PodLogs, JobSync]] = {}
         self.cluster, self._pod_logs, self.sync = self._context(None)
         self._trackers: dict[tuple[str | None, str], NamespaceTracker] = {}
+        where = f"{socket.gethostname()}\0{self.home.resolve()}"
+        self.origin = hashlib.sha256(where.encode()).hexdigest()[:16]
 
     def _context(self, context: str | None) -> tuple[Cluster, PodLogs, JobSync]:
         """The client, log reader and store writer for ``context`` (None: the configured)."""
@@ -277,13 +287,16 @@ class KubernetesBackend(Backend):
                 # the master's name before it starts (manifests.wait_for_master), so a
                 # job without credentials costs one request per object and no more.
                 if rendered.secret is not None:
-                    cluster.create(ns, rendered.secret)
+                    self._create_ours(cluster, ns, self._marked(rendered.secret, digest), digest)
                     created.append(("Secret", rendered.secret["metadata"]["name"]))
-                workload = self._create_workload(cluster, ns, rendered.manifests[-1], digest)
+                workload = self._create_workload(
+                    cluster, ns, self._marked(rendered.manifests[-1], digest), digest
+                )
                 created.append((kind, name))
                 for obj in rendered.manifests[:-1]:
-                    owned = {**obj["metadata"], "ownerReferences": [owner_ref(workload)]}
-                    cluster.create(ns, {**obj, "metadata": owned})
+                    owned = {**self._marked(obj, digest)["metadata"],
+                             "ownerReferences": [owner_ref(workload)]}  # fmt: skip
+                    self._create_ours(cluster, ns, {**obj, "metadata": owned}, digest)
                     created.append((obj["kind"], obj["metadata"]["name"]))
                 if rendered.secret is not None:  # it goes with the workload
                     cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
@@ -316,10 +329,43 @@ class KubernetesBackend(Backend):
         raise SpecError("name", f"a job named {name!r} already exists with another spec",
                         f"pick another --name, or `workbench delete {name}` first")  # fmt: skip
 
+    def _marked(self, obj: dict[str, Any], digest: str) -> dict[str, Any]:
+        """``obj`` with this home's ORIGIN and the spec's hash among its annotations."""
+        notes = {**(obj["metadata"].get("annotations") or {}), SPEC_HASH: digest,
+                 ORIGIN: self.origin}  # fmt: skip
+        return {**obj, "metadata": {**obj["metadata"], "annotations": notes}}
+
+    def _ours(self, meta: dict[str, Any] | None, digest: str) -> bool:
+        """Whether an object found under a job's name was made by this home for this
+        spec: launch runs only when the store holds no row of that name, so such an
+        object is a killed launch's, not another job's."""
+        notes = (meta or {}).get("annotations") or {}
+        return bool(notes.get(ORIGIN) == self.origin and notes.get(SPEC_HASH) == digest)
+
+    def _create_ours(self, cluster: Cluster, ns: str, body: dict[str, Any], digest: str) -> None:
+        """Create a Secret or Service. One of the same name that a killed launch of this
+        spec made is kept (a Service: the same manifest) or made again (a Secret: its
+        values may have changed since; the hash covers only their names)."""
+        kind, name = body["kind"], body["metadata"]["name"]
+        try:
+            cluster.create(ns, body)
+            return
+        except SpecError:
+            try:
+                found = cluster.metadata(ns, kind, name)
+            except UNREACHABLE as e:
+                raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+            if not self._ours(found, digest):
+                raise
+        if kind == "Secret":
+            cluster.delete_quietly(ns, kind, name)
+            cluster.create(ns, body)
+
     def _create_workload(self, cluster: Cluster, ns: str, body: dict[str, Any],
                          digest: str) -> dict[str, Any]:  # fmt: skip
-        """Create the workload; on a 409 say whose it is (no read before the create: a
-        name taken on the cluster is rare, a request per submit is not)."""
+        """Create the workload; on a 409 adopt a killed launch's (this home, this spec)
+        or say whose it is (no read before the create: a name taken on the cluster is
+        rare, a request per submit is not)."""
         kind, name = workload_kind(body), body["metadata"]["name"]
         try:
             return cluster.create(ns, body)
@@ -328,6 +374,10 @@ class KubernetesBackend(Backend):
                 found = cluster.workload(ns, kind, name)
             except UNREACHABLE as e:
                 raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+            if found is not None and self._ours(found["metadata"], digest):
+                log.info("kubernetes: adopting %s %s, left by a launch that did not finish",
+                         kind, name)  # fmt: skip
+                return found
             if found is not None and (
                 (found["metadata"].get("annotations") or {}).get(SPEC_HASH) == digest
             ):

@@ -231,6 +231,21 @@ class Cluster:
                 return None
             raise api_error(e, f"reading {kind} {name}") from None
 
+    def metadata(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The metadata of a Secret or Service (never a Secret's data), or None when there
+        is none."""
+        try:
+            if kind == "Secret":
+                obj = raw_json(self.core.read_namespaced_secret, name, namespace)
+            else:
+                obj = raw_json(self.core.read_namespaced_service, name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise api_error(e, f"reading {kind} {name}") from None
+        meta: dict[str, Any] = obj.get("metadata") or {}
+        return meta
+
     def delete_workload(self, namespace: str, kind: str, name: str) -> bool:
         """Delete in the foreground (pods first); False when it was already gone."""
         body = client.V1DeleteOptions(propagation_policy="Foreground")
