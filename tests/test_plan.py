@@ -49,7 +49,9 @@ def test_admit_creates_nothing_then_launch_runs_the_plan(manager, wb_home):
     assert all(p["node"] and p["gpu_devices"] is None for p in wire["placement"])
     assert wire["env_names"] == ["FAIL_RANK"] and wire["manifests"] == []
     record = manager.launch(plan)
-    assert record.name == "planned" and record.status is JobStatus.PENDING
+    # at once: Pending, or Running when the supervisor started the ranks before launch
+    # read the record back (seen once on a loaded 2-core CI machine)
+    assert record.name == "planned" and record.status in (JobStatus.PENDING, JobStatus.RUNNING)
     done = manager.wait("planned", timeout=90)
     assert done.status is JobStatus.SUCCEEDED, done.message
 

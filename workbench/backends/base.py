@@ -172,10 +172,11 @@ class Backend(ABC):
 
     @abstractmethod
     def launch(self, plan: Plan) -> JobRecord:
-        """Carry out an admitted plan; returns at once with the Pending record."""
+        """Carry out an admitted plan; returns at once with the record as it is then:
+        Pending, or already Running where the ranks started that quickly."""
 
     def submit(self, spec: TrainSpec) -> JobRecord:
-        """Admit and launch ``spec``; returns at once with the Pending record."""
+        """Admit and launch ``spec``; returns at once with the record (see launch)."""
         return self.launch(self.admit(spec))
 
     def validate_options(self, options: dict[str, Any]) -> dict[str, Any]:
