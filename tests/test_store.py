@@ -45,6 +45,25 @@ def test_round_trip_and_filters(tmp_path: Path):
     assert s.get("a") is None and s.rank_rows("a") == []
 
 
+def test_delete_only_if_compares_details_then_deletes(tmp_path: Path) -> None:
+    """A compare-and-delete: a dead launch's row is cleared only while it still holds
+    that launch's mark, never the row a newer launch (or the finished one) left."""
+    s = JobStore(tmp_path / "jobs.db")
+    r = record("a", 1.0)
+    r.details = {"launching": "token-1"}
+    s.insert(r)
+    s.set_rank("a", 0, state=RankState.PENDING)
+    s.add_event("a", JobEvent(1.0, "Submitted", "x"))
+    assert s.delete("a", only_if={"launching": "token-2"}) is False
+    assert s.get("a") is not None and len(s.rank_rows("a")) == 1
+    s.update("a", details={"launching": None})
+    assert s.delete("a", only_if={"launching": "token-1"}) is False  # the launch finished
+    s.update("a", details={"launching": "token-1"})
+    assert s.delete("a", only_if={"launching": "token-1"}) is True
+    assert s.get("a") is None and s.rank_rows("a") == [] and s.events_since("a") == []
+    assert s.delete("a") is False
+
+
 def test_cost_is_price_times_seconds_times_workers():
     r = record("c", 0.0)
     r.started_at, r.finished_at = 100.0, 200.0

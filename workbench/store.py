@@ -405,11 +405,19 @@ class JobStore:
         return int(self._conn().execute(f"SELECT COUNT(*) FROM jobs {where}", args).fetchone()[0])
 
     @_translated
-    def delete(self, name: str) -> None:
-        """Forget a job entirely."""
+    def delete(self, name: str, only_if: dict[str, str] | None = None) -> bool:
+        """Forget a job entirely; with ``only_if``, only while each of those ``details``
+        keys holds that value (a compare-and-delete). Whether a job was deleted."""
+        clause, args = "name=?", [name]
+        for key, value in (only_if or {}).items():
+            clause += " AND json_extract(details, ?)=?"
+            args += [f"$.{key}", value]
         with self._tx() as db:
-            for table, col in (("jobs", "name"), ("ranks", "job"), ("events", "job")):
-                db.execute(f"DELETE FROM {table} WHERE {col}=?", (name,))
+            deleted = db.execute(f"DELETE FROM jobs WHERE {clause}", args).rowcount > 0
+            if deleted or not only_if:  # rank and event rows no job names go too
+                for table in ("ranks", "events"):
+                    db.execute(f"DELETE FROM {table} WHERE job=?", (name,))
+        return deleted
 
     def _records(
         self, clause: str, args: tuple[Any, ...], with_events: bool = True

@@ -227,7 +227,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif method == "GET":
                 self._send_json(200, state.get(res, ns, name or ""))
             elif method == "POST" and name is None:
-                self._send_json(201, state.create(res, ns, self._body()))
+                body = self._body()
+                state.faults.posts_open.wait(60)
+                self._send_json(201, state.create(res, ns, body))
             elif method == "PUT" and name:
                 self._send_json(200, state.replace(res, ns, name, self._body(), sub))
             elif method == "PATCH" and name:

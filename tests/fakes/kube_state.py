@@ -169,6 +169,12 @@ class Change:
     old: dict[str, Any] | None
 
 
+def _opened() -> threading.Event:
+    event = threading.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class Faults:
     """Test hooks for watch connections (applied to watches opened after they are set,
@@ -181,6 +187,8 @@ class Faults:
     bookmark_interval: float = 1.0
     watch_epoch: int = 0  # bumped by compact(expire_watches=True): open watches get 410
     log_drops: int = 0  # the next N chunks of followed pod logs each cut their connection
+    # cleared: every POST waits until it is set again (an API server that stalls writes)
+    posts_open: threading.Event = field(default_factory=_opened)
 
 
 class ClusterState:

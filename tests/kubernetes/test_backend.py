@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +28,8 @@ from workbench.backends import load_backend
 from workbench.errors import BackendUnavailableError, SpecError
 from workbench.manager import JobManager
 from workbench.settings import Settings
-from workbench.spec import JobStatus, RankState, TrainSpec
+from workbench.spec import JobRecord, JobStatus, RankState, TrainSpec
+from workbench.store import JobStore
 
 NS = "team-a"
 REPO = Path(__file__).resolve().parents[2]
@@ -239,7 +241,7 @@ from workbench.spec import TrainSpec
 create = Cluster.create
 
 def killed_before_the_service(self, ns, obj):
-    if obj["kind"] == "Service":  # the Secret and the Job exist; the row is not committed
+    if obj["kind"] == "Service":  # the Secret and the Job exist; the row is marked launching
         os.kill(os.getpid(), signal.SIGKILL)
     return create(self, ns, obj)
 
@@ -249,28 +251,32 @@ m.submit(TrainSpec.from_dict(json.loads(sys.argv[1])))
 """
 
 
-def test_a_launch_killed_before_its_commit_is_adopted_by_the_same_spec(
-    jobs: JobManager, api_client: client.ApiClient, wb_home: Path, tmp_path: Path
-) -> None:
-    """kill -9 between the Job's POST and the store's commit: the row is rolled back, the
-    Secret and the Job stay on the cluster. The same spec submitted again from the same
-    home adopts them (a Service made, the Secret made again with the values given now)
-    instead of refusing its own job; another home with that spec is still refused."""
-    first = spec(["python", "sleeper.py"], name="orphan", env={"HF_TOKEN": "hf_first"})
-    killed = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, json.dumps(first.to_dict())],
+def _killed_mid_launch(s: TrainSpec) -> None:
+    """Submit ``s`` from a process that SIGKILLs itself as launch reaches the Service."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, json.dumps(s.to_dict())],
                             cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert killed.returncode == -9, killed.stderr
+
+
+def test_a_launch_killed_midway_is_adopted_by_the_same_spec(
+    jobs: JobManager, api_client: client.ApiClient, wb_home: Path, tmp_path: Path
+) -> None:
+    """kill -9 between the Job's POST and the Service's: the Secret and the Job stay on the
+    cluster, and the row stays marked as launching by a process that is gone. The same
+    spec submitted again from the same home clears that row and adopts the objects (a
+    Service made, the Secret made again with the values given now) instead of refusing
+    its own job; another home with that spec is still refused."""
+    _killed_mid_launch(spec(["python", "sleeper.py"], name="orphan", env={"HF_TOKEN": "hf_first"}))
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     orphan = batch.read_namespaced_job("orphan", NS)
-    assert jobs.store.row("orphan") is None  # what the kill left: objects no row names
+    row = jobs.store.row("orphan")  # what the kill left: the marked row, no uid
+    assert row is not None and row["details"]["launching"] and "uid" not in row["details"]
     assert [s.metadata.name for s in core.list_namespaced_service(NS).items] == []
 
-    with pytest.raises(SpecError) as e:  # the name check still refuses another spec
-        jobs.submit(spec(["python", "sleeper.py", "--other"], name="orphan"))
-    assert e.value.field == "name"
     again = jobs.submit(spec(["python", "sleeper.py"], name="orphan",
                              env={"HF_TOKEN": "hf_second"}))  # fmt: skip
     assert again.details["uid"] == orphan.metadata.uid  # adopted, not made again
+    assert "launching" not in again.details and "launcher" not in again.details
     assert [j.metadata.name for j in batch.list_namespaced_job(NS).items] == ["orphan"]
     svc = core.read_namespaced_service(again.details["service"], NS)
     assert [r.uid for r in svc.metadata.owner_references] == [orphan.metadata.uid]
@@ -286,6 +292,73 @@ def test_a_launch_killed_before_its_commit_is_adopted_by_the_same_spec(
         JobManager(other).submit(spec(["python", "sleeper.py"], name="orphan"))
     assert e.value.field == "name" and "already" in str(e.value)
     assert batch.read_namespaced_job("orphan", NS).metadata.uid == orphan.metadata.uid
+
+
+def test_a_launch_killed_midway_is_cleared_by_the_next_list(
+    jobs: JobManager, api_client: client.ApiClient, wb_home: Path
+) -> None:
+    """Nobody submits the killed spec again: the next ``list`` (reconcile) sees that the
+    marked row's process is gone and clears what the launch left, the row, its folder and
+    the objects it made, so neither a Pending job that never runs nor objects no job
+    owns stay behind; the name is free for another spec."""
+    _killed_mid_launch(spec(["python", "sleeper.py"], name="halfway", env={"HF_TOKEN": "hf_x"}))
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    row = jobs.store.row("halfway")
+    assert row is not None and Path(row["details"]["job_dir"]).is_dir()
+    assert batch.read_namespaced_job("halfway", NS).metadata.deletion_timestamp is None
+
+    assert "halfway" not in [j.name for j in jobs.list()]
+    assert jobs.store.row("halfway") is None
+    assert not Path(row["details"]["job_dir"]).exists()
+    assert [s.metadata.name for s in core.list_namespaced_secret(NS).items] == []
+
+    def job_gone() -> bool:
+        return "halfway" not in [j.metadata.name for j in batch.list_namespaced_job(NS).items]
+
+    wait_for(job_gone, timeout=60, what="the killed launch's Job deleted")
+    other = jobs.submit(spec(["python", "sleeper.py", "--other"], name="halfway"))
+    assert other.details["uid"] == batch.read_namespaced_job("halfway", NS).metadata.uid
+
+
+def test_a_stalled_cluster_does_not_hold_the_store_during_launch(
+    jobs: JobManager, api_client: client.ApiClient, kube_fake: FakeKubeAPIServer, wb_home: Path
+) -> None:
+    """Launch's requests run outside any store transaction: while the API server stalls a
+    submit's POST, the job shows as Pending and every other store writer (another
+    process's, with a short busy timeout) goes on; a cancel waits for the launch, then
+    stops the job it made. Before, launch held SQLite's write lock across its requests."""
+    gate = kube_fake.state.faults.posts_open
+    gate.clear()
+    done: list[object] = []
+    submit = threading.Thread(target=lambda: done.append(
+        jobs.submit(spec(["python", "sleeper.py"], name="stalled"))))  # fmt: skip
+    try:
+        submit.start()
+        wait_for(lambda: jobs.store.row("stalled") is not None, timeout=20,
+                 what="the name reserved while the POST stalls")  # fmt: skip
+        assert jobs.get("stalled").status is JobStatus.PENDING
+        writer = JobStore(wb_home / "jobs.db", timeout=0.5)
+        t0 = time.monotonic()
+        writer.insert(JobRecord(name="bystander", status=JobStatus.PENDING, backend="local",
+                                spec={"command": ["true"]}, image=""))  # fmt: skip
+        writer.delete("bystander")
+        assert time.monotonic() - t0 < 0.5
+        assert submit.is_alive()  # still waiting on the server
+        cancelled: list[JobRecord] = []
+        canceller = threading.Thread(
+            target=lambda: cancelled.append(jobs.cancel("stalled", wait=0))
+        )
+        canceller.start()
+        time.sleep(0.3)
+        assert canceller.is_alive()  # the cancel waits for the workload to exist
+    finally:
+        gate.set()
+    submit.join(30)
+    canceller.join(30)
+    assert done and cancelled and cancelled[0].status is JobStatus.CANCELLING
+    wait_for(lambda: jobs.get("stalled").status is JobStatus.CANCELLED, timeout=60,
+             what="the stalled job cancelled")  # fmt: skip
+    assert "launching" not in jobs.get("stalled").details
 
 
 def test_kubeconfig_token_hook_runs_once_a_second_not_per_request(
@@ -348,7 +421,7 @@ def test_unschedulable_job_shows_the_event_and_stays_pending(
     own = Cluster.own
 
     def own_after_the_event(self: Cluster, ns: str, kind: str, name: str, owner: dict) -> None:  # type: ignore[type-arg]
-        if owner["metadata"]["name"] == "starved":  # the Job exists, the row is not committed
+        if owner["metadata"]["name"] == "starved":  # the Job exists, the row still marked
             wait_for(scheduler_spoke, timeout=30, what="the event delivered before the commit")
         own(self, ns, kind, name, owner)
 

@@ -15,10 +15,13 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import shutil
 import socket
+import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,12 +54,37 @@ log = logging.getLogger(__name__)
 
 SPEC_HASH = "workbench.io/spec-hash"
 # Which workbench home made an object (a hash of host name and home path): a launch killed
-# between its creates and its store commit leaves objects no row names, and the same spec
+# between its creates leaves objects and a row still marked "launching"; the same spec
 # submitted again from the same home adopts them instead of refusing its own job.
 ORIGIN = "workbench.io/origin"
 MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
 SETTLE = 10.0  # seconds a follower waits after the last pod's log for the job's end
 DATA_SCHEMES = ("pvc", "nas", "s3", "s3a", "oss")
+# A launch marks its row until its objects exist; past this age the mark is a dead
+# launch's, whatever its process (each request a launch makes times out well before).
+LAUNCH_BOUND = 300.0
+
+
+def _launcher() -> dict[str, Any]:
+    """Who launches, for _launch_dead: this host, this process, now."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+
+
+def _launch_dead(details: dict[str, Any]) -> bool:
+    """Whether the launch that marked a row is over without having cleared its mark: its
+    process is gone from this host, or the mark is older than any launch takes."""
+    who = details.get("launcher") or {}
+    try:
+        if time.time() - float(who["at"]) > LAUNCH_BOUND:
+            return True
+        if who["host"] != socket.gethostname():
+            return False  # another machine's launch: only its age tells
+        os.kill(int(who["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (KeyError, TypeError, ValueError, PermissionError):
+        return False  # an unreadable mark waits out its age; a live process of another user
+    return False
 
 
 class KubernetesBackend(Backend):
@@ -265,52 +293,63 @@ class KubernetesBackend(Backend):
                              f"{spec.workers} worker(s) x {spec.procs_per_worker or 1} process(es) "
                              f"as a {kind} ({flavor}) in namespace {ns}")],
         )  # fmt: skip
+        # The row reserves the name, committed at once and marked "launching": the
+        # HTTP calls below run outside any store transaction (a slow cluster would hold
+        # SQLite's write lock, and every other writer in every process, for as long).
+        # Until the mark goes, the watches leave the row alone, as they would a missing
+        # one; a launch that dies leaves the mark to say so (_settle_launch).
+        token = uuid.uuid4().hex
+        record.details.update(launching=token, launcher=_launcher())
+        try:
+            self.store.insert(record)
+        except sqlite3.IntegrityError:
+            raise SpecError("name", f"a job named {name!r} already exists",
+                            f"pick another --name, or `workbench delete {name}` first") from None  # fmt: skip
         created: list[tuple[str, str]] = []
         try:
-            with self.store.adding(record):
-                if files.dir.exists():
-                    shutil.rmtree(files.dir)  # a folder no job owns (a crashed launch)
-                # The folder only: logs/ is made by the first log copy, and a cluster job
-                # has no script snapshot (a mkdir is ~0.5 ms on this disk, a sixth of a
-                # submit's time outside the HTTP calls).
-                files.dir.mkdir(parents=True, mode=0o700)
-                files.write_spec(redacted)
-                secrets = spec.secrets()
-                if any(secrets.values()):  # none: rerun reads no file as none saved
-                    files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
-                if spec.max_retries:  # what a gang restart creates again (read only then)
-                    (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
-                # The Secret exists before the workload makes pods (they read it), and
-                # becomes the workload's once that exists: a PATCH, as an ownerReference
-                # needs the owner's uid. The Service (the pods' DNS names) comes after
-                # the workload, owned from birth: every rank, rank 0 included, waits for
-                # the master's name before it starts (manifests.wait_for_master), so a
-                # job without credentials costs one request per object and no more.
-                if rendered.secret is not None:
-                    self._create_ours(cluster, ns, self._marked(rendered.secret, digest), digest)
-                    created.append(("Secret", rendered.secret["metadata"]["name"]))
-                workload = self._create_workload(
-                    cluster, ns, self._marked(rendered.manifests[-1], digest), digest
-                )
-                created.append((kind, name))
-                for obj in rendered.manifests[:-1]:
-                    owned = {**self._marked(obj, digest)["metadata"],
-                             "ownerReferences": [owner_ref(workload)]}  # fmt: skip
-                    self._create_ours(cluster, ns, {**obj, "metadata": owned}, digest)
-                    created.append((obj["kind"], obj["metadata"]["name"]))
-                if rendered.secret is not None:  # it goes with the workload
-                    cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
+            if files.dir.exists():
+                shutil.rmtree(files.dir)  # a folder no job owns (a crashed launch)
+            # The folder only: logs/ is made by the first log copy, and a cluster job has
+            # no script snapshot (a mkdir is ~0.5 ms on this disk, a sixth of a submit's
+            # time outside the HTTP calls).
+            files.dir.mkdir(parents=True, mode=0o700)
+            files.write_spec(redacted)
+            secrets = spec.secrets()
+            if any(secrets.values()):  # none: rerun reads no file as none saved
+                files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
+            if spec.max_retries:  # what a gang restart creates again (read only then)
+                (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
+            # The Secret exists before the workload makes pods (they read it), and becomes
+            # the workload's once that exists: a PATCH, as an ownerReference needs the
+            # owner's uid. The Service (the pods' DNS names) comes after the workload,
+            # owned from birth: every rank, rank 0 included, waits for the master's name
+            # before it starts (manifests.wait_for_master), so a job without credentials
+            # costs one request per object and no more.
+            if rendered.secret is not None:
+                self._create_ours(cluster, ns, self._marked(rendered.secret, digest), digest)
+                created.append(("Secret", rendered.secret["metadata"]["name"]))
+            workload = self._create_workload(
+                cluster, ns, self._marked(rendered.manifests[-1], digest), digest
+            )
+            created.append((kind, name))
+            for obj in rendered.manifests[:-1]:
+                owned = {**self._marked(obj, digest)["metadata"],
+                         "ownerReferences": [owner_ref(workload)]}  # fmt: skip
+                self._create_ours(cluster, ns, {**obj, "metadata": owned}, digest)
+                created.append((obj["kind"], obj["metadata"]["name"]))
+            if rendered.secret is not None:  # it goes with the workload
+                cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
+            self.store.update(name, details={"uid": workload["metadata"]["uid"],
+                                             "launching": None, "launcher": None})  # fmt: skip
         except BaseException as e:
             for k, n in reversed(created):
                 cluster.delete_quietly(ns, k, n)
             shutil.rmtree(files.dir, ignore_errors=True)
+            with contextlib.suppress(Exception):  # else the mark stays: _settle_launch
+                self.store.delete(name, only_if={"launching": token})
             if isinstance(e, UNREACHABLE):
                 raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
-            if "UNIQUE" in str(e) or type(e).__name__ == "IntegrityError":
-                raise SpecError("name", f"a job named {name!r} already exists",
-                                f"pick another --name, or `workbench delete {name}` first") from None  # fmt: skip
             raise
-        self.store.update(name, details={"uid": workload["metadata"]["uid"]})
         tracker = self._tracker(ns, context)
         if tracker is not None:
             tracker._sync(name, gone=False)  # what the watch saw before the row existed
@@ -320,14 +359,65 @@ class KubernetesBackend(Backend):
     def _existing(self, name: str, digest: str) -> JobRecord | None:
         """The job this store already holds under ``name`` with this spec, or None;
         SpecError when the name is taken by another spec. (A job of the same name made
-        elsewhere shows as a 409 when the workload is created: _create_workload.)"""
+        elsewhere shows as a 409 when the workload is created: _create_workload.) A launch
+        of the name under way is waited for; a dead one's row is cleared, and what it
+        created is adopted by the same spec (_create_workload) or deleted for another."""
         row = self.store.row(name)
+        if row is not None and row["details"].get("launching"):
+            same = row["details"].get("spec_hash") == digest
+            row = self._settle_launch(name, row["details"], keep_objects=same)
         if row is None:
             return None
         if row["backend"] == self.name and row["details"].get("spec_hash") == digest:
             return self.get(name)
         raise SpecError("name", f"a job named {name!r} already exists with another spec",
                         f"pick another --name, or `workbench delete {name}` first")  # fmt: skip
+
+    def _settle_launch(self, name: str, details: dict[str, Any], keep_objects: bool = False,
+                       wait: bool = True) -> dict[str, Any] | None:  # fmt: skip
+        """The row of ``name`` (whose ``details`` a launch marked) once that launch is over
+        (waited for; as it is now unless ``wait``), or None when there is none: the launch
+        died, and its row, folder and (unless ``keep_objects``) the objects it made for
+        that spec are cleared, as if it had never begun."""
+        row: dict[str, Any] | None = None
+        while details.get("launching"):
+            if _launch_dead(details):
+                self._clear_dead_launch(name, details, keep_objects)
+            elif not wait:
+                return row or self.store.row(name)
+            else:
+                time.sleep(0.05)
+            row = self.store.row(name)
+            if row is None:
+                return None
+            details = row["details"]
+        return row or self.store.row(name)
+
+    def _clear_dead_launch(self, name: str, d: dict[str, Any], keep_objects: bool) -> None:
+        log.info("kubernetes: clearing job %s, whose launch (pid %s) died before it finished",
+                 name, (d.get("launcher") or {}).get("pid"))  # fmt: skip
+        if not self.store.delete(name, only_if={"launching": d["launching"]}):
+            return  # another process cleared it first, or the launch finished after all
+        if d.get("job_dir"):
+            shutil.rmtree(d["job_dir"], ignore_errors=True)
+        cluster = self._context(d.get("context"))[0]
+        if keep_objects or not cluster.configured:
+            return
+        ns, digest = d.get("namespace") or self.kube.namespace, d.get("spec_hash") or ""
+        try:
+            for kind, obj in ((d.get("kind", "Job"), name), ("Service", d.get("service")),
+                              ("Secret", d.get("secret"))):  # fmt: skip
+                if not obj:
+                    continue
+                if kind in ("Secret", "Service"):
+                    meta = cluster.metadata(ns, kind, obj)
+                else:
+                    found = cluster.workload(ns, kind, obj)
+                    meta = found["metadata"] if found else None
+                if meta is not None and self._ours(meta, digest):
+                    cluster.delete_quietly(ns, kind, obj)
+        except (SubmitError, *UNREACHABLE) as e:
+            log.info("kubernetes: could not delete what %s's launch left (%s)", name, e)
 
     def _marked(self, obj: dict[str, Any], digest: str) -> dict[str, Any]:
         """``obj`` with this home's ORIGIN and the spec's hash among its annotations."""
@@ -374,6 +464,9 @@ class KubernetesBackend(Backend):
                 found = cluster.workload(ns, kind, name)
             except UNREACHABLE as e:
                 raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+            if found is not None and found["metadata"].get("deletionTimestamp"):
+                raise SpecError("name", f"{kind} {name} is still being deleted in namespace {ns}",
+                                "submit again once it is gone, or pick another --name") from None  # fmt: skip
             if found is not None and self._ours(found["metadata"], digest):
                 log.info("kubernetes: adopting %s %s, left by a launch that did not finish",
                          kind, name)  # fmt: skip
@@ -421,15 +514,19 @@ class KubernetesBackend(Backend):
             return tracker
 
     def reconcile(self) -> int:
-        """Make sure every namespace with an active job has its watches running (the watch
-        threads write the changes themselves); returns 0."""
-        rows = self.store.active_rows(self.name)
+        """Clear the rows of launches that died, and make sure every namespace with an
+        active job has its watches running (the watch threads write the changes
+        themselves); returns how many rows were cleared."""
+        rows, cleared = self.store.active_rows(self.name), 0
+        for r in rows:
+            if r["details"].get("launching") and _launch_dead(r["details"]):
+                cleared += self._settle_launch(r["name"], r["details"], wait=False) is None
         for context, ns in {
             (r["details"].get("context"), r["details"].get("namespace")) for r in rows
         }:
             if ns:
                 self._tracker(ns, context)
-        return 0
+        return cleared
 
     def stop_watches(self) -> None:
         """Stop every namespace's watches (at exit, and in close())."""
@@ -452,6 +549,10 @@ class KubernetesBackend(Backend):
         record = self.store.get(name)
         if record is None or record.backend != self.name:
             raise JobNotFoundError(self.name, name)
+        if record.details.get("launching"):  # Pending as it is: the launch is under way
+            if self._settle_launch(name, record.details, wait=False) is None:
+                raise JobNotFoundError(self.name, name)  # it died: cleared
+            return record
         ns = record.details.get("namespace", "")
         tracker = self._trackers.get((record.details.get("context"), ns))
         if not record.status.terminal and (tracker is None or not tracker.alive):
@@ -479,6 +580,10 @@ class KubernetesBackend(Backend):
         """Record Cancelling and delete the workload in the foreground; returns at once
         (``wait <= 0``) or once the watch has seen the pods go."""
         record = self.get(name)
+        if record.details.get("launching"):  # the workload may not exist yet: wait for it
+            if self._settle_launch(name, record.details) is None:
+                raise JobNotFoundError(self.name, name)
+            record = self.get(name)
         if record.status.terminal:
             return record
         d = record.details

@@ -34,6 +34,9 @@ CUSTOM_WORKLOADS = {
     VOLCANO_KIND: VOLCANO,
 }
 UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+# Seconds a create or patch may take (connect, then the answer): without one a stalled API
+# server holds a submit forever (the typed calls default to none either).
+WRITE_TIMEOUT = urllib3.Timeout(connect=10.0, read=30.0)
 SNAPSHOT_SECONDS = 5.0  # how long admit reuses the nodes and pods it listed
 NO_CLUSTER_HINT = "set KUBECONFIG (or kubernetes.kubeconfig in the workbench config)"
 # How often the kubeconfig loader's per-request hook may run: it re-applies every setting
@@ -209,7 +212,11 @@ class Cluster:
             headers["Cookie"] = api.cookie
         api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
         resp = api.rest_client.pool_manager.request(
-            method, api.configuration.host + path, body=json.dumps(body), headers=headers
+            method,
+            api.configuration.host + path,
+            body=json.dumps(body),
+            headers=headers,
+            timeout=WRITE_TIMEOUT,
         )
         data: bytes = resp.data or b""
         if not 200 <= resp.status < 300:

@@ -59,9 +59,9 @@ class JobSync:
         # returns the GPU alerts the pods' agents wrote, as events
         self.save_logs = save_logs
         self.lock = threading.RLock()
-        # Warning Events about a job whose row is not committed yet: launch creates the
-        # workload inside the store transaction, so the scheduler can speak (and the events
-        # watch deliver) before the row is visible. Kept here until claim_events(job).
+        # Warning Events about a job whose launch is under way (its row absent or marked
+        # "launching"): the scheduler can speak, and the events watch deliver, before
+        # launch is done. Kept here until claim_events(job).
         self._unclaimed: dict[str, list[dict[str, Any]]] = {}
 
     def sync(self, name: str, workload: dict[str, Any] | None, pods: list[dict[str, Any]],
@@ -73,6 +73,8 @@ class JobSync:
             row = self.store.row(name)
             if row is None or row["backend"] != BACKEND or JobStatus(row["status"]).terminal:
                 return
+            if row["details"].get("launching"):
+                return  # launch syncs once its objects exist (an older job's may go first)
             details = row["details"]
             uid = details.get("uid")
             if workload is not None and uid and workload["metadata"].get("uid") != uid:
@@ -255,7 +257,7 @@ class JobSync:
             return  # Volcano's restatement of the PodGroup's condition: sync() writes that
         with self.lock:
             row = self.store.row(name)
-            if row is None:  # launch has not committed the row yet: claim_events adds it
+            if row is None or row["details"].get("launching"):  # claim_events adds it
                 held = self._unclaimed.setdefault(name, [])
                 if len(held) < UNCLAIMED_PER_JOB:
                     held.append(event)
@@ -270,8 +272,8 @@ class JobSync:
             self.store.add_event(name, JobEvent(time.time(), reason, message, "warning"))
 
     def claim_events(self, name: str) -> None:
-        """Record the Warning Events that arrived for ``name`` before its row was committed
-        (launch calls it right after the commit; the lock orders it against the watch)."""
+        """Record the Warning Events that arrived for ``name`` while it launched (launch
+        calls it once done; the lock orders it against the watch)."""
         with self.lock:
             for event in self._unclaimed.pop(name, []):
                 self.add_cluster_event(name, event)
