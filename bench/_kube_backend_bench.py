@@ -315,7 +315,8 @@ def run(jobs: int, seconds: float, changes: int, parts: set[str]) -> dict[str, A
         out["d_e_submit_server_apart"] = bench_submit_apart(jobs)
         # Several submits in flight overlap one's round trips with another's client work
         # (a server's request handlers, or a sweep submitted from a thread pool).
-        out["e_submit_server_apart_4_threads"] = bench_submit_apart(jobs, threads=4)
+        for threads in (2, 4):
+            out[f"e_submit_server_apart_{threads}_threads"] = bench_submit_apart(jobs, threads)
     with tempfile.TemporaryDirectory() as tmp:
         backend = backend_on(fake.url, Path(tmp))
         try:
