@@ -64,8 +64,8 @@ def main() -> None:
         (B, "launch", "launch (all)"), (C, "_post", "launch: POST (2)"),
         (C, "own", "launch: PATCH a Secret's owner"),
         (_jobfiles.JobFiles, "write_spec", "launch: spec.yaml"),
-        (JobStore, "_insert", "launch: store INSERT"),
-        (JobStore, "update", "launch: store update (uid)"),
+        (JobStore, "insert", "launch: store INSERT"),
+        (JobStore, "update", "launch: store update (uid, mark)"),
         (kbackend.NamespaceTracker, "_sync", "launch: tracker sync"),
         (B, "get", "launch: get()"),
     ]:  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import stat
 import threading
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes import test_backend
+from workbench.backends._jobfiles import SECRET_FILE
 from workbench.cli import main as cli_main
 from workbench.manager import JobManager
 from workbench.settings import Settings
@@ -59,6 +61,33 @@ def test_follow_continues_across_a_gang_restart(jobs: JobManager, cluster: FakeC
     assert "Restarting" in events and "RankFailed" in events
     copy = Path(final.job_dir or "") / "logs" / "rank-0.log"
     assert copy.read_text().splitlines() == followed
+
+
+def test_a_cluster_jobs_folder_is_made_when_it_has_something_to_hold(
+    jobs: JobManager, cluster: FakeCluster
+) -> None:
+    """Without credentials or retries, submit makes no folder (the row holds the spec);
+    the job's end makes it, private, with spec.yaml (the row's spec) and the copied logs.
+    With credentials the folder is made at submit, for rerun's 0600 copy of them."""
+    plain = jobs.submit(spec(["python", "-c", "print('hi')"], name="plain-dir", workers=1))
+    job_dir = Path(plain.job_dir or "")
+    assert plain.job_dir and not job_dir.exists()
+    final = jobs.wait("plain-dir", timeout=90)
+    assert final.status is JobStatus.SUCCEEDED, final.message
+    assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE((job_dir / "spec.yaml").stat().st_mode) == 0o600
+    assert TrainSpec.from_yaml(job_dir / "spec.yaml").to_dict() == final.spec
+    assert (job_dir / "logs" / "rank-0.log").read_text().splitlines() == ["hi"]
+
+    token = jobs.submit(spec(["python", "-c", "print('hi')"], name="token-dir", workers=1,
+                             env={"HF_TOKEN": "hf_secret123"}))  # fmt: skip
+    token_dir = Path(token.job_dir or "")
+    assert stat.S_IMODE(token_dir.stat().st_mode) == 0o700
+    assert "hf_secret123" not in (token_dir / "spec.yaml").read_text()
+    saved = token_dir / SECRET_FILE
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and "hf_secret123" in saved.read_text()
+    assert jobs.backend("kubernetes").rerun_spec("token-dir").env["HF_TOKEN"] == "hf_secret123"
+    assert jobs.wait("token-dir", timeout=90).status is JobStatus.SUCCEEDED
 
 
 # ---- surfaces ---------------------------------------------------------------------------------

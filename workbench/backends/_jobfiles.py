@@ -61,6 +61,15 @@ class JobFiles:
         """Save the (already redacted) spec as YAML, for people and for rerun (mode 0600)."""
         _write_private(self.dir / "spec.yaml", spec.to_yaml())
 
+    def ensure(self, spec: TrainSpec) -> None:
+        """Make the folder (private to the user) with spec.yaml, unless it exists: a
+        cluster job's folder is made when it first has something to hold."""
+        try:
+            self.dir.mkdir(parents=True, mode=0o700)
+        except FileExistsError:
+            return
+        self.write_spec(spec)
+
     def write_secrets(self, secrets: dict[str, Any]) -> None:
         """The real values the stored spec masks (TrainSpec.secrets()): a 0600 file only."""
         _write_private(self.dir / SECRET_FILE, json.dumps({"format": 2, **secrets}))

@@ -309,12 +309,13 @@ class KubernetesBackend(Backend):
         try:
             if files.dir.exists():
                 shutil.rmtree(files.dir)  # a folder no job owns (a crashed launch)
-            # The folder only: logs/ is made by the first log copy, and a cluster job has
-            # no script snapshot (a mkdir is ~0.5 ms on this disk, a sixth of a submit's
-            # time outside the HTTP calls).
-            files.dir.mkdir(parents=True, mode=0o700)
-            files.write_spec(redacted)
+            # The folder, with spec.yaml, is made when it has something to hold: here
+            # only for what must be saved now, else with the logs the job's end copies
+            # (JobSync). The row holds the spec meanwhile; a mkdir and a file create
+            # were half of a submit's client CPU on this disk (docs/benchmarks.md).
             secrets = spec.secrets()
+            if any(secrets.values()) or spec.max_retries:
+                files.ensure(redacted)
             if any(secrets.values()):  # none: rerun reads no file as none saved
                 files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
             if spec.max_retries:  # what a gang restart creates again (read only then)

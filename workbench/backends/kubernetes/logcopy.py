@@ -100,7 +100,8 @@ class LogCopier:
 
         A pod already gone is skipped (nothing is left to copy); call it for each attempt
         before the attempt's pods are deleted (a gang retry) and when the job ends."""
-        self.files.logs.mkdir(parents=True, exist_ok=True)
+        self.files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as at launch
+        self.files.logs.mkdir(exist_ok=True)
         sizes: dict[int, int] = {}
         for rank, pod in sorted(pods_by_rank.items()):
             if not self.copied(rank, attempt):

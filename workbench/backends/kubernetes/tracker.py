@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...spec import JobEvent, JobStatus, RankState
+from ...spec import JobEvent, JobStatus, RankState, TrainSpec
 from ...store import JobStore
+from .._jobfiles import JobFiles
 from . import watch
 from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, raw_json
 from .kubeflow import PLURALS, replica_templates
@@ -146,13 +147,8 @@ class JobSync:
                 # the operator on a failure) before the watch saw it: stopped, not lost.
                 self.store.set_rank(name, rank, state=RankState.PENDING)
             level = "info" if view.status is JobStatus.SUCCEEDED else "error"
-            if _COPY_AT_END and details.get("job_dir"):
-                with contextlib.suppress(Exception):  # logs outlive pod garbage collection
-                    logs = {r: v.log_pod or v.pod for r, v in view.ranks.items()}
-                    alerts = self.save_logs(
-                        details["namespace"], details["job_dir"], logs, int(row["attempt"])
-                    )
-                    self._add_alerts(name, alerts or [])
+            if _COPY_AT_END and details.get("job_dir"):  # logs outlive pod garbage collection
+                self._save_logs(row, view)
             # A succeeded job's ranks whose pods the controller removed before the watch saw
             # them end (an MPIJob's workers once its launcher is done) succeeded with it.
             rest = RankState.SUCCEEDED if view.status is JobStatus.SUCCEEDED else RankState.STOPPED
@@ -195,18 +191,28 @@ class JobSync:
                 self.store.add_event(name, JobEvent(time.time(), "RankFailed",
                                                     f"rank {rank} {what}", "error"))  # fmt: skip
 
+    def _save_logs(self, row: dict[str, Any], view: JobView) -> None:
+        """Copy the attempt's pod logs into the job's folder (made now, with spec.yaml,
+        if launch did not need it) and record the GPU alerts its agents wrote."""
+        details = row["details"]
+        with contextlib.suppress(Exception):  # spec.yaml is for people: the row has it
+            JobFiles(Path(details["job_dir"])).ensure(
+                TrainSpec.from_dict(json.loads(row["spec_json"]))
+            )
+        with contextlib.suppress(Exception):
+            alerts = self.save_logs(
+                details["namespace"],
+                details["job_dir"],
+                {r: v.log_pod or v.pod for r, v in view.ranks.items()},
+                int(row["attempt"]),
+            )
+            self._add_alerts(row["name"], alerts or [])
+
     def _restart(self, name: str, row: dict[str, Any], view: JobView) -> None:
         details, ns = row["details"], row["details"]["namespace"]
         attempt = int(row["attempt"])
         retries = int(json.loads(row["spec_json"]).get("max_retries") or 0)
-        with contextlib.suppress(Exception):  # the attempt's logs outlive its pods
-            alerts = self.save_logs(
-                ns,
-                details["job_dir"],
-                {r: v.log_pod or v.pod for r, v in view.ranks.items()},
-                attempt,
-            )
-            self._add_alerts(name, alerts or [])
+        self._save_logs(row, view)  # the attempt's logs outlive its pods
         # The Secret and Service belong to the workload: free them so they outlive it.
         for kind, obj in (("Service", details.get("service")), ("Secret", details.get("secret"))):
             if obj:
