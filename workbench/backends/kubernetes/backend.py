@@ -312,7 +312,7 @@ class KubernetesBackend(Backend):
             # The folder, with spec.yaml, is made when it has something to hold: here
             # only for what must be saved now, else with the logs the job's end copies
             # (JobSync). The row holds the spec meanwhile; a mkdir and a file create
-            # were half of a submit's client CPU on this disk (docs/benchmarks.md).
+            # were a fifth to a half of a submit's client CPU on this disk (docs/benchmarks.md).
             secrets = spec.secrets()
             if any(secrets.values()) or spec.max_retries:
                 files.ensure(redacted)
