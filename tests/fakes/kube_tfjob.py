@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import socket
 from typing import Any
+
+from workbench.backends._processes import free_ports
 
 from .kube_apiserver import KUBELET_FINALIZER
 from .kube_state import ApiError, ClusterState, now_rfc3339
@@ -155,10 +156,10 @@ def loopback_tf_config(value: str, dns_names: set[str], ports: dict[str, int]) -
         host, _, _ = endpoint.rpartition(":")
         if host not in dns_names:
             return endpoint
-        if host not in ports:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                ports[host] = s.getsockname()[1]
+        if host not in ports:  # below the ephemeral range: see free_ports
+            # setdefault: pods start in threads of their own, and the first port given
+            # for a host is the one every pod's TF_CONFIG names (two differed: a flake)
+            ports.setdefault(host, free_ports(1)[0])
         return f"127.0.0.1:{ports[host]}"
 
     cluster = config.get("cluster") or {}

@@ -188,3 +188,35 @@ def test_two_worker_torch_ddp_job_completes(
     assert sorted(done) == [0, 1] and all(len(v) == 1 for v in done.values()), logs
     digests = {v[0].split(" params ")[1] for v in done.values()}
     assert len(digests) == 1 and all(" world 2 " in v[0] for v in done.values())
+
+
+def test_pods_starting_at_once_get_one_tf_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kubelet starts each pod in a thread of its own: every pod's TF_CONFIG must name
+    the same loopback port for a host, or the chief listens where the worker does not dial
+    (the TFJob flake: 'failed to connect to all addresses'). Ports are handed out slowly
+    here, so that the pods' threads overlap."""
+    import threading
+    import time
+
+    from tests.fakes import kube_tfjob
+
+    handed = iter(range(20000, 21000))
+
+    def slow_free_ports(n: int) -> list[int]:
+        time.sleep(0.05)
+        return [next(handed) for _ in range(n)]
+
+    monkeypatch.setattr(kube_tfjob, "free_ports", slow_free_ports)
+    value = json.dumps({"cluster": {"chief": ["j-chief-0.ns.svc:2222"],
+                                    "worker": ["j-worker-0.ns.svc:2222"]},
+                        "task": {"type": "worker", "index": 0}})  # fmt: skip
+    names, ports, seen = {"j-chief-0.ns.svc", "j-worker-0.ns.svc"}, {}, []  # type: ignore[var-annotated]
+    threads = [threading.Thread(target=lambda: seen.append(
+        json.loads(kube_tfjob.loopback_tf_config(value, names, ports))["cluster"]))
+        for _ in range(4)]  # fmt: skip
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 4 and all(c == seen[0] for c in seen), seen
+    assert seen[0]["chief"][0].startswith("127.0.0.1:")
