@@ -299,32 +299,3 @@ def test_generated_names_and_listing(manager):
     assert [x.name for x in manager.list()] == [r.name]
     assert manager.list(status=["Running"]) == []
     assert manager.counts()["Succeeded"] == 1
-
-
-def test_master_ports_lie_below_the_ephemeral_range(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A port bind(0) finds is one any outgoing connection may take as its source port
-    before the master listens (a rank dialling early can even connect to itself): the
-    supervisor's ports come from below the kernel's ephemeral range, distinct and free.
-    A port already listening is never handed out; with no room below, bind(0) serves."""
-    import socket
-
-    from workbench.backends import _processes
-
-    low = _processes._ephemeral_low()
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", _processes.free_ports(1)[0]))
-        taken.listen()
-        busy = taken.getsockname()[1]
-
-        first = max(1024, low - 16384)
-        picks = iter([busy, busy, *range(first, low)])  # the busy port drawn first, twice
-        monkeypatch.setattr(_processes.random, "randrange", lambda a, b: next(picks))
-        ports = _processes.free_ports(8)
-        monkeypatch.undo()
-        assert len(set(ports)) == 8 and busy not in ports
-    assert all(max(1024, low - 16384) <= p < low for p in ports), (low, ports)
-    for p in ports:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", p))  # free: nothing kept it
-    monkeypatch.setattr(_processes, "_ephemeral_low", lambda: 1024)
-    assert len(set(_processes.free_ports(3))) == 3

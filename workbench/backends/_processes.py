@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import socket
 import time
@@ -15,45 +14,19 @@ import psutil
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch", "mpirun", "mpiexec")
 
 
-EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-
-
-def _ephemeral_low() -> int:
-    """The lowest port the kernel hands out as an outgoing connection's source port."""
-    try:
-        return int(EPHEMERAL_RANGE.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
 def free_ports(n: int) -> list[int]:
-    """``n`` distinct free TCP ports on 127.0.0.1, picked at random below the kernel's
-    ephemeral range. A port ``bind(0)`` finds lies in that range and is free only until
-    its owner listens: meanwhile any outgoing connection may take it as its source port,
-    and a rank dialling the master's port before the master listens can even connect to
-    itself (TCP simultaneous open). Below the range, only an explicit bind competes."""
-    low = _ephemeral_low()
-    first = max(1024, low - 16384)
-    socks: list[socket.socket] = []
+    """``n`` distinct free TCP ports on 127.0.0.1."""
+    socks, ports = [], []
     try:
-        for _ in range(64 * n if first < low else 0):
-            if len(socks) == n:
-                break
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", random.randrange(first, low)))
-            except OSError:  # in use, or a port this call holds already
-                s.close()
-                continue
-            socks.append(s)
-        while len(socks) < n:  # no room below the range (a low ip_local_port_range)
+        for _ in range(n):
             s = socket.socket()
             s.bind(("127.0.0.1", 0))
             socks.append(s)
-        return [s.getsockname()[1] for s in socks]
+            ports.append(s.getsockname()[1])
     finally:
         for s in socks:
             s.close()
+    return ports
 
 
 def has_launcher(argv: list[str]) -> bool:
