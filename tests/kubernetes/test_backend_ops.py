@@ -64,20 +64,24 @@ def test_follow_continues_across_a_gang_restart(jobs: JobManager, cluster: FakeC
 
 
 def test_a_cluster_jobs_folder_is_made_when_it_has_something_to_hold(
-    jobs: JobManager, cluster: FakeCluster
+    jobs: JobManager, cluster: FakeCluster, tmp_path: Path
 ) -> None:
     """Without credentials or retries, submit makes no folder (the row holds the spec);
     the job's end makes it, private, with spec.yaml (the row's spec) and the copied logs.
     With credentials the folder is made at submit, for rerun's 0600 copy of them."""
-    plain = jobs.submit(spec(["python", "-c", "print('hi')"], name="plain-dir", workers=1))
+    gate = tmp_path / "go"  # the job cannot end (and make its folder) before the check
+    plain = jobs.submit(spec(["python", "-c", GATED], name="plain-dir", workers=1,
+                             env={"GATE": str(gate)}))  # fmt: skip
     job_dir = Path(plain.job_dir or "")
     assert plain.job_dir and not job_dir.exists()
+    gate.touch()
     final = jobs.wait("plain-dir", timeout=90)
     assert final.status is JobStatus.SUCCEEDED, final.message
     assert stat.S_IMODE(job_dir.stat().st_mode) == 0o700
     assert stat.S_IMODE((job_dir / "spec.yaml").stat().st_mode) == 0o600
     assert TrainSpec.from_yaml(job_dir / "spec.yaml").to_dict() == final.spec
-    assert (job_dir / "logs" / "rank-0.log").read_text().splitlines() == ["hi"]
+    assert (job_dir / "logs" / "rank-0.log").read_text().splitlines() == [
+        "rank 0 line 0", "rank 0 line 1"]  # fmt: skip
 
     token = jobs.submit(spec(["python", "-c", "print('hi')"], name="token-dir", workers=1,
                              env={"HF_TOKEN": "hf_secret123"}))  # fmt: skip
