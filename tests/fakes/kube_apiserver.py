@@ -101,7 +101,7 @@ class FakeKubeAPIServer:
         """Stop serving; open streams end."""
         self._closing.set()
         with self.state.lock:
-            self.state.lock.notify_all()
+            self.state.wake_all()
         if self._server:
             self._server.shutdown()
             self._server.server_close()
@@ -118,7 +118,7 @@ class FakeKubeAPIServer:
         portable way; here: end them cleanly, as a server restart would)."""
         with self.state.lock:
             self._kick += 1
-            self.state.lock.notify_all()
+            self.state.wake_all()
 
     # -- conveniences for tests and the kubelet --
     def set_pod_phase(self, ns: str, name: str, phase: str, **status: Any) -> dict[str, Any]:
@@ -368,7 +368,7 @@ class _Handler(BaseHTTPRequestHandler):
                         wait = faults.bookmark_interval if bookmarks else 0.5
                         if deadline:
                             wait = min(wait, max(0.0, deadline - time.monotonic()))
-                        state.lock.wait(wait)
+                        state.watch_wake(res).wait(wait)
                         changes = state.changes_after(cursor) if cursor >= state.compacted else None
                     now_rv, epoch_now, kicked = state.rv, faults.watch_epoch, fake._kick != kick
                 if changes is None or epoch_now != epoch:
