@@ -109,7 +109,10 @@ class Cluster:
 
     @property
     def configured(self) -> bool:
-        """True when there is a kubeconfig or in-cluster config to use (nothing contacted)."""
+        """True when there is a kubeconfig or in-cluster config to use (nothing contacted);
+        once loaded, the config in use (a file check per call was 2-3% of a submit)."""
+        if self._api is not None:
+            return True
         return self.settings.kubeconfig_file() is not None or self.settings.use_in_cluster()
 
     @property
