@@ -347,7 +347,7 @@ class NamespaceTracker:
         self.watches = [
             watch.jobs(api, ns, self._on_workload, LABEL_JOB, **opts),
             watch.pods(api, ns, self._on_pod, LABEL_JOB, **opts),
-            _events_watch(api, ns, self._on_event, **opts),
+            watch.events(api, ns, self._on_event, _event_status, **opts),
         ]
         with contextlib.suppress(Exception):
             if self.cluster.serves(*KUBEFLOW[:2]):
@@ -452,15 +452,3 @@ class NamespaceTracker:
 
 def _event_status(obj: dict[str, Any]) -> Any:
     return obj.get("count"), obj.get("message"), obj.get("type")
-
-
-def _events_watch(
-    api: Any, ns: str, on_change: Callable[[watch.WatchEvent], None], **options: Any
-) -> watch.NamespaceWatch:
-    import functools
-
-    from kubernetes import client
-
-    call = functools.partial(client.CoreV1Api(api).list_namespaced_event, ns)
-    return watch.NamespaceWatch(call, on_change, None, status_of=_event_status,
-                                name=f"watch-events-{ns}", **options)  # fmt: skip

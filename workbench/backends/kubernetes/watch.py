@@ -14,7 +14,6 @@ one daemon thread (a watch per namespace is simpler than mixing it into an event
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import threading
@@ -261,31 +260,61 @@ def _lines(resp: Any) -> Iterator[str]:
                 yield line.decode()
 
 
+# The list-and-watch query parameters of NamespaceWatch._call, as the API spells them.
+_QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector",
+          "watch": "watch", "resource_version": "resourceVersion",
+          "allow_watch_bookmarks": "allowWatchBookmarks", "timeout_seconds": "timeoutSeconds"}  # fmt: skip
+
+
+def list_call(api: client.ApiClient, path: str) -> Callable[..., Any]:
+    """A list (or, with watch=True, watch) of the collection at ``path`` through the
+    client's own request path (auth, headers, pool, retries), that returns the urllib3
+    response unread, as the typed ``list_namespaced_*(_preload_content=False)`` calls do,
+    and raises their ApiException on a non-2xx status. Without the typed API classes:
+    importing CoreV1Api and BatchV1Api (their pydantic models) took 2.4 s of a
+    ``workbench list`` that starts the watches (docs/benchmarks.md)."""
+
+    def call(_preload_content: bool = False, _request_timeout: Any = None, **params: Any) -> Any:
+        query = [(_QUERY[k], v) for k, v in params.items() if v is not None]
+        request = api.param_serialize("GET", path, query_params=query,
+                                      header_params={"Accept": "application/json"},
+                                      auth_settings=["BearerToken"])  # fmt: skip
+        resp = api.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= resp.status <= 299:
+            resp.read()
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        return resp.response
+
+    return call
+
+
 def pods(api: client.ApiClient, namespace: str, on_change: Callable[[WatchEvent], None],
          label_selector: str | None = None, **kwargs: Any) -> NamespaceWatch:  # fmt: skip
     """A watch of the pods of ``namespace``."""
-    call = functools.partial(client.CoreV1Api(api).list_namespaced_pod, namespace)
+    call = list_call(api, f"/api/v1/namespaces/{namespace}/pods")
     return NamespaceWatch(call, on_change, label_selector, name=f"watch-pods-{namespace}", **kwargs)
 
 
 def jobs(api: client.ApiClient, namespace: str, on_change: Callable[[WatchEvent], None],
          label_selector: str | None = None, **kwargs: Any) -> NamespaceWatch:  # fmt: skip
     """A watch of the batch/v1 Jobs of ``namespace``."""
-    call = functools.partial(client.BatchV1Api(api).list_namespaced_job, namespace)
+    call = list_call(api, f"/apis/batch/v1/namespaces/{namespace}/jobs")
     return NamespaceWatch(call, on_change, label_selector, name=f"watch-jobs-{namespace}", **kwargs)
+
+
+def events(api: client.ApiClient, namespace: str, on_change: Callable[[WatchEvent], None],
+           status_of: Callable[[dict[str, Any]], Any], **kwargs: Any) -> NamespaceWatch:  # fmt: skip
+    """A watch of the core/v1 Events of ``namespace`` (no selector: Events carry no labels)."""
+    call = list_call(api, f"/api/v1/namespaces/{namespace}/events")
+    return NamespaceWatch(call, on_change, None, status_of=status_of,
+                          name=f"watch-events-{namespace}", **kwargs)  # fmt: skip
 
 
 def custom(api: client.ApiClient, group: str, version: str, plural: str, namespace: str,
            on_change: Callable[[WatchEvent], None], label_selector: str | None = None,
            **kwargs: Any) -> NamespaceWatch:  # fmt: skip
     """A watch of custom resources (e.g. kubeflow.org/v1 pytorchjobs) of ``namespace``."""
-    call = functools.partial(
-        client.CustomObjectsApi(api).list_namespaced_custom_object,
-        group,
-        version,
-        namespace,
-        plural,
-    )
+    call = list_call(api, f"/apis/{group}/{version}/namespaces/{namespace}/{plural}")
     return NamespaceWatch(
         call, on_change, label_selector, name=f"watch-{plural}-{namespace}", **kwargs
     )
