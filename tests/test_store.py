@@ -64,6 +64,26 @@ def test_delete_only_if_compares_details_then_deletes(tmp_path: Path) -> None:
     assert s.delete("a") is False
 
 
+def test_withdraw_cancel_restores_the_status_only_while_cancelling(tmp_path: Path) -> None:
+    """A cancel that never reached the job is withdrawn: back to the status it had, the
+    cancel flag cleared, an event added; a job that has moved on is left alone."""
+    s = JobStore(tmp_path / "jobs.db")
+    s.insert(record("a", 1.0))
+    s.update("a", status=JobStatus.RUNNING)
+    assert s.request_cancel("a", JobEvent(2.0, "Cancelling", "x"))
+    assert s.row("a")["cancel_requested"] == 1
+    assert s.withdraw_cancel("a", JobStatus.RUNNING, JobEvent(3.0, "CancelFailed", "y")) is True
+    got = s.get("a")
+    assert got is not None and got.status is JobStatus.RUNNING
+    assert [e.reason for e in got.events][-2:] == ["Cancelling", "CancelFailed"]
+    assert s.row("a")["cancel_requested"] == 0
+    assert s.withdraw_cancel("a", JobStatus.RUNNING, JobEvent(4.0, "CancelFailed", "z")) is False
+    s.request_cancel("a", JobEvent(5.0, "Cancelling", "x"))
+    s.update("a", status=JobStatus.CANCELLED)  # the cancel got through after all
+    assert s.withdraw_cancel("a", JobStatus.RUNNING, JobEvent(6.0, "CancelFailed", "z")) is False
+    assert s.get("a").status is JobStatus.CANCELLED  # type: ignore[union-attr]
+
+
 def test_cost_is_price_times_seconds_times_workers():
     r = record("c", 0.0)
     r.started_at, r.finished_at = 100.0, 200.0

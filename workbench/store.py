@@ -327,6 +327,21 @@ class JobStore:
         return True
 
     @_translated
+    def withdraw_cancel(self, name: str, status: JobStatus, event: JobEvent) -> bool:
+        """Undo request_cancel when the cancel never reached the job (its cluster did not
+        answer): back to ``status``, ``event`` added, unless the job has moved on since
+        (ended, or another cancel got through); False then."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE jobs SET status=?, cancel_requested=0 WHERE name=? AND status=?",
+                (status.value, name, JobStatus.CANCELLING.value),
+            )
+            if cur.rowcount == 0:
+                return False
+            self._add_event(db, name, event)
+        return True
+
+    @_translated
     def row(self, name: str) -> dict[str, Any] | None:
         """The raw job row, ``details`` decoded (for the job's backend)."""
         r = self._conn().execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()

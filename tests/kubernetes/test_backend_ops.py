@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
 import stat
 import threading
 import time
@@ -271,3 +272,41 @@ def test_agent_alerts_in_a_pod_become_job_events_once(
     assert mark.exists() and [e.reason for e in again] == [w[1] for w in want]  # read again
     sync._add_alerts("hot", again)
     assert alerts() == want
+
+
+def test_every_verb_says_the_cluster_did_not_answer_without_a_traceback(
+    jobs: JobManager, cluster: FakeCluster, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """With the API server gone (a kubeconfig at a closed port), what reads the store
+    (list, get) shows the stored job; what needs the cluster (logs, top, cancel) ends
+    with one `error:` line naming the cause, exit 1, and no traceback; a cancel that
+    could not be sent leaves the job as it was, to end as it really ends."""
+    gate = tmp_path / "go"
+    jobs.submit(spec(["python", "-c", GATED], name="far-away", workers=1,
+                     env={"GATE": str(gate)}))  # fmt: skip
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("KUBECONFIG", str(test_backend.write_kubeconfig(
+        tmp_path / "gone.yaml", f"http://127.0.0.1:{port}")))  # fmt: skip
+    capsys.readouterr()
+    for argv in (["list"], ["get", "far-away"]):
+        assert cli_main(argv) == 0, argv
+        assert "far-away" in capsys.readouterr().out
+    for argv in (["logs", "far-away"], ["logs", "far-away", "--all"], ["top", "--backend", "kubernetes"],
+                 ["cancel", "far-away"]):  # fmt: skip
+        assert cli_main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and err.startswith("error: [kubernetes] "), (argv, err)
+        assert "did not answer" in err and "Connection refused" in err, (argv, err)
+    # The cancel never reached the job: its row says so, instead of Cancelling for ever.
+    assert "was not cancelled" in err
+    record = jobs.get("far-away")
+    assert record.status in (JobStatus.PENDING, JobStatus.RUNNING), record.status
+    assert (
+        record.events[-1].reason == "CancelFailed" and "did not answer" in record.events[-1].message
+    )
+    monkeypatch.undo()  # the fixture's cancel reaches the fake again
+    gate.touch()
+    assert jobs.wait("far-away", timeout=90).status is JobStatus.SUCCEEDED

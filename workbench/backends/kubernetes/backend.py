@@ -40,7 +40,9 @@ from .cluster import (
     KUBEFLOW,
     UNREACHABLE,
     VOLCANO,
+    ApiException,
     Cluster,
+    api_error,
     owner_ref,
     workload_kind,
 )
@@ -594,8 +596,16 @@ class KubernetesBackend(Backend):
         cluster, _, sync = self._of(record)
         try:
             deleted = cluster.delete_workload(d["namespace"], d["kind"], name)
-        except UNREACHABLE as e:
-            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+        except (SubmitError, *UNREACHABLE) as e:
+            # Not cancelled: the job runs on, so its row must not say Cancelling (the
+            # watch would never move it on, and hide how it really ends).
+            why = (
+                str(e.detail) if isinstance(e, SubmitError) else f"the cluster did not answer: {e}"
+            )
+            self.store.withdraw_cancel(name, record.status, JobEvent(
+                time.time(), "CancelFailed", f"not cancelled: {why}", "error"))  # fmt: skip
+            raise SubmitError(self.name, f"{why} (job {name} was not cancelled; "
+                                         "cancel it again once the cluster answers)") from None  # fmt: skip
         if not deleted:  # already gone (a retry between attempts): nothing left to stop
             sync.sync(name, None, [], gone=True)
         deadline = time.monotonic() + max(0.0, wait)
@@ -636,7 +646,12 @@ class KubernetesBackend(Backend):
         """One rank's lines (earlier attempts' saved logs, then its pod's), or every rank's
         prefixed; follow goes on until the job ends or ``stop`` is set."""
         record = self.get(name)
-        yield from self._of(record)[1].lines(self, record, rank, follow, tail, stop)
+        try:
+            yield from self._of(record)[1].lines(self, record, rank, follow, tail, stop)
+        except UNREACHABLE as e:  # the readers retry a dropped stream; this is no cluster
+            raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
+        except ApiException as e:  # listing the job's pods (403, 401)
+            raise api_error(e, f"reading the logs of job {name}") from None
         if follow:
             # The pods' logs end as the pods do; the job ends once the watch has written it
             # (or a retry starts). A follower returns when the job it followed has ended.
