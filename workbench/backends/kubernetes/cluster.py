@@ -16,6 +16,7 @@ from kubernetes.client.rest import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from ...errors import BackendUnavailableError, SpecError, SubmitError
+from . import rest
 from .config import KubeSettings
 from .kubeflow import PLURALS
 from .manifests import LABEL_JOB
@@ -70,12 +71,6 @@ def raw(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call a client method for its undecoded response (JSON dicts, streams): the typed
     models would cost a conversion per object and lose fields they do not know."""
     return method(*args, _preload_content=False, **kwargs)
-
-
-def raw_json(method: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """A client call's JSON body as a dict."""
-    body: dict[str, Any] = json.loads(raw(method, *args, **kwargs).data)
-    return body
 
 
 def owner_ref(owner: dict[str, Any]) -> dict[str, Any]:
@@ -150,26 +145,18 @@ class Cluster:
 
     @property
     def core(self) -> client.CoreV1Api:
-        """core/v1."""
+        """core/v1, typed: for pod logs (logs.py, logcopy.py) only; everything else goes
+        through rest.py (importing this class costs about 1.4 s)."""
         return client.CoreV1Api(self.api)
-
-    @property
-    def batch(self) -> client.BatchV1Api:
-        """batch/v1."""
-        return client.BatchV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        """Custom resources (PyTorchJobs, TFJobs, MPIJobs)."""
-        return client.CustomObjectsApi(self.api)
 
     def serves(self, group: str, version: str) -> bool:
         """Whether the cluster serves ``group/version`` (discovery, asked once)."""
         key = (group, version)
         if key not in self._served:
-            groups = client.ApisApi(self.api).get_api_versions(_request_timeout=10).groups or []
+            groups = rest.get_json(self.api, "/apis", timeout=10).get("groups") or []
             self._served[key] = any(
-                g.name == group and any(v.version == version for v in g.versions or [])
+                g.get("name") == group
+                and any(v.get("version") == version for v in g.get("versions") or [])
                 for g in groups
             )
         return self._served[key]
@@ -231,11 +218,7 @@ class Cluster:
     def workload(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
         """The job's Job, PyTorchJob or Volcano Job, or None when there is none."""
         try:
-            if kind in CUSTOM_WORKLOADS:
-                group, version, plural = CUSTOM_WORKLOADS[kind]
-                return raw_json(self.custom.get_namespaced_custom_object,
-                                group, version, namespace, plural, name)  # fmt: skip
-            return raw_json(self.batch.read_namespaced_job, name, namespace)
+            return rest.get_json(self.api, _workload_path(namespace, kind, name))
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -245,10 +228,10 @@ class Cluster:
         """The metadata of a Secret or Service (never a Secret's data), or None when there
         is none."""
         try:
-            if kind == "Secret":
-                obj = raw_json(self.core.read_namespaced_secret, name, namespace)
-            else:
-                obj = raw_json(self.core.read_namespaced_service, name, namespace)
+            plural = "secrets" if kind == "Secret" else "services"
+            obj = rest.get_json(
+                self.api, rest.path("api", "v1", "namespaces", namespace, plural, name)
+            )
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -258,15 +241,9 @@ class Cluster:
 
     def delete_workload(self, namespace: str, kind: str, name: str) -> bool:
         """Delete in the foreground (pods first); False when it was already gone."""
-        body = client.V1DeleteOptions(propagation_policy="Foreground")
         try:
-            if kind in CUSTOM_WORKLOADS:
-                group, version, plural = CUSTOM_WORKLOADS[kind]
-                self.custom.delete_namespaced_custom_object(
-                    group, version, namespace, plural, name, body=body
-                )
-            else:
-                self.batch.delete_namespaced_job(name, namespace, body=body)
+            rest.read(rest.request(self.api, "DELETE", _workload_path(namespace, kind, name),
+                                   body={"propagationPolicy": "Foreground"}))  # fmt: skip
         except ApiException as e:
             if e.status == 404:
                 return False
@@ -276,14 +253,12 @@ class Cluster:
     def delete_quietly(self, namespace: str, kind: str, name: str) -> None:
         """Delete a Secret, Service or workload, ignoring one that is gone (cleanup)."""
         try:
-            if kind == "Secret":
-                self.core.delete_namespaced_secret(name, namespace)
-            elif kind == "Service":
-                self.core.delete_namespaced_service(name, namespace)
-            elif kind == "Pod":
-                self.core.delete_namespaced_pod(name, namespace)
-            else:
+            plural = {"Secret": "secrets", "Service": "services", "Pod": "pods"}.get(kind)
+            if plural is None:
                 self.delete_workload(namespace, kind, name)
+            else:
+                url_path = rest.path("api", "v1", "namespaces", namespace, plural, name)
+                rest.read(rest.request(self.api, "DELETE", url_path))
         except (ApiException, SubmitError, *UNREACHABLE):
             pass
 
@@ -303,25 +278,31 @@ class Cluster:
     def disown(self, namespace: str, kind: str, name: str) -> None:
         """Drop a Secret's or Service's owner (a gang retry deletes the workload, not them)."""
         patch = {"metadata": {"ownerReferences": None}}
-        if kind == "Secret":
-            self.core.patch_namespaced_secret(name, namespace, patch)
-        else:
-            self.core.patch_namespaced_service(name, namespace, patch)
+        plural = "secrets" if kind == "Secret" else "services"
+        self._send("PATCH", f"/api/v1/namespaces/{namespace}/{plural}/{name}", patch, MERGE_PATCH)
 
     def pods(self, namespace: str, job: str | None = None) -> list[dict[str, Any]]:
         """Pods of one job (or of every workbench job) in ``namespace``."""
         selector = f"{LABEL_JOB}={job}" if job else LABEL_JOB
+        url_path = rest.path("api", "v1", "namespaces", namespace, "pods")
         items: list[dict[str, Any]] = (
-            raw_json(self.core.list_namespaced_pod, namespace, label_selector=selector).get("items")
-            or []
+            rest.get_json(self.api, url_path, {"labelSelector": selector}).get("items") or []
         )
         return items
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any]:
+        """One pod (ApiException 404 when there is none)."""
+        return rest.get_json(
+            self.api, rest.path("api", "v1", "namespaces", namespace, "pods", name)
+        )
 
     def podgroup(self, namespace: str, job: str) -> dict[str, Any] | None:
         """The Volcano PodGroup of ``job`` (it carries the Job's labels), or None."""
         try:
-            found = raw_json(self.custom.list_namespaced_custom_object, *PODGROUPS[:2], namespace,
-                             PODGROUPS[2], label_selector=f"{LABEL_JOB}={job}").get("items") or []  # fmt: skip
+            group, version, plural = PODGROUPS
+            url_path = rest.path("apis", group, version, "namespaces", namespace, plural)
+            query = {"labelSelector": f"{LABEL_JOB}={job}"}
+            found = rest.get_json(self.api, url_path, query).get("items") or []
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -331,7 +312,7 @@ class Cluster:
     def nodes(self) -> list[dict[str, Any]]:
         """Every node."""
         items: list[dict[str, Any]] = (
-            raw_json(self.core.list_node, _request_timeout=10).get("items") or []
+            rest.get_json(self.api, "/api/v1/nodes", timeout=10).get("items") or []
         )
         return items
 
@@ -350,11 +331,17 @@ class Cluster:
 
     def all_pods(self) -> list[dict[str, Any]]:
         """Every pod of the cluster that is bound to a node and not finished (GPU holders)."""
-        items = (
-            raw_json(self.core.list_pod_for_all_namespaces, _request_timeout=10).get("items") or []
-        )
+        items = rest.get_json(self.api, "/api/v1/pods", timeout=10).get("items") or []
         return [p for p in items if (p.get("spec") or {}).get("nodeName")
                 and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
+
+
+def _workload_path(namespace: str, kind: str, name: str) -> str:
+    """Where the job's Job, PyTorchJob/TFJob/MPIJob or Volcano Job lives."""
+    if kind in CUSTOM_WORKLOADS:
+        group, version, plural = CUSTOM_WORKLOADS[kind]
+        return rest.path("apis", group, version, "namespaces", namespace, plural, name)
+    return rest.path("apis", "batch", "v1", "namespaces", namespace, "jobs", name)
 
 
 def workload_kind(obj: dict[str, Any]) -> str:

@@ -24,7 +24,7 @@ from ...spec import JobEvent, JobStatus, RankState, TrainSpec
 from ...store import JobStore
 from .._jobfiles import JobFiles
 from . import watch
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster, raw_json
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster
 from .kubeflow import PLURALS, replica_templates
 from .manifests import LABEL_JOB
 from .status import HOLD_REASONS, JobView, RankView, job_view
@@ -444,7 +444,7 @@ class NamespaceTracker:
             job = name if name in self.workloads else self.pod_jobs.get(name)
         if job is None and involved.get("kind") == "Pod":
             with contextlib.suppress(Exception):
-                pod = raw_json(self.cluster.core.read_namespaced_pod, name, self.namespace)
+                pod = self.cluster.pod(self.namespace, name)
                 job = (pod["metadata"].get("labels") or {}).get(LABEL_JOB)
         if job is not None:
             self.syncer.add_cluster_event(job, obj)

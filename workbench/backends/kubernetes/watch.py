@@ -25,6 +25,8 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from . import rest
+
 log = logging.getLogger(__name__)
 
 GONE = 410
@@ -161,7 +163,7 @@ class NamespaceWatch:
     def _relist(self) -> None:
         resp = self._call()
         self.stats.lists += 1
-        body = json.loads(resp.data)
+        body = json.loads(rest.read(resp))
         items = sorted(body.get("items") or [], key=_rv_of)
         listed = {o["metadata"]["name"] for o in items}
         for name in [n for n in self._known if n not in listed]:  # gone while we were away
@@ -266,24 +268,14 @@ _QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector",
           "allow_watch_bookmarks": "allowWatchBookmarks", "timeout_seconds": "timeoutSeconds"}  # fmt: skip
 
 
-def list_call(api: client.ApiClient, path: str) -> Callable[..., Any]:
-    """A list (or, with watch=True, watch) of the collection at ``path`` through the
-    client's own request path (auth, headers, pool, retries), that returns the urllib3
-    response unread, as the typed ``list_namespaced_*(_preload_content=False)`` calls do,
-    and raises their ApiException on a non-2xx status. Without the typed API classes:
-    importing CoreV1Api and BatchV1Api (their pydantic models) took 2.4 s of a
-    ``workbench list`` that starts the watches (docs/benchmarks.md)."""
+def list_call(api: client.ApiClient, url_path: str) -> Callable[..., Any]:
+    """A list (or, with watch=True, watch) of the collection at ``url_path`` (rest.request:
+    the client's request path without the typed classes, an unread response as the typed
+    ``list_namespaced_*(_preload_content=False)`` return, and their ApiException)."""
 
     def call(_preload_content: bool = False, _request_timeout: Any = None, **params: Any) -> Any:
-        query = [(_QUERY[k], v) for k, v in params.items() if v is not None]
-        request = api.param_serialize("GET", path, query_params=query,
-                                      header_params={"Accept": "application/json"},
-                                      auth_settings=["BearerToken"])  # fmt: skip
-        resp = api.call_api(*request, _request_timeout=_request_timeout)
-        if not 200 <= resp.status <= 299:
-            resp.read()
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        return resp.response
+        query = {_QUERY[k]: v for k, v in params.items()}
+        return rest.request(api, "GET", url_path, query, timeout=_request_timeout)
 
     return call
 
