@@ -303,3 +303,29 @@ def test_bookmarks_spare_a_relist_after_compaction(
     wait_for(lambda: rec.latest() == {"a-0": "Pending"})
     assert (w.stats.lists, w.stats.expired) == (lists, lists - 1)
     assert (w.stats.bookmarks > 0) == (interval < 1)
+
+
+def test_a_stop_landing_while_the_watch_request_is_made_ends_the_thread(
+    api_client: client.ApiClient, kube_fake: FakeKubeAPIServer
+) -> None:
+    """stop() between the watch request and the loop's hold on its response (the socket
+    stop() shuts is not known yet) still ends the thread at once, not after the server's
+    timeoutSeconds: a CLI waited at exit up to 2 s per watch for this."""
+    kube_fake.state.faults.bookmark_interval = 60.0  # a real server's ~1 a minute
+    w = watch.pods(api_client, NS, Recorder(), SELECTOR, timeout_seconds=60)
+    inner = w._list_call
+
+    def stopped_in_flight(**kwargs: Any) -> Any:
+        resp = inner(**kwargs)
+        if kwargs.get("watch"):
+            w._stop.set()  # what stop() does first, before it looks for a response
+        return resp
+
+    w._list_call = stopped_in_flight
+    w.start()
+    assert w._thread is not None
+    w._thread.join(10)  # the server would hold the watch open, silent, for 60 s
+    alive = w._thread.is_alive()
+    w.stop(timeout=0)  # (if it is still in the read: shut its socket, end the test)
+    assert not alive
+    assert w.stats.watches == 1

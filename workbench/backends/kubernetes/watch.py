@@ -184,6 +184,11 @@ class NamespaceWatch:
         self._resp = resp
         self.stats.watches += 1
         try:
+            # stop() sets the flag, then shuts the socket of _resp: one set before this
+            # assignment was never seen by it, and the read below would block until the
+            # server's timeoutSeconds (a CLI's exit waited up to 2 s per watch).
+            if self._stop.is_set():
+                return
             for line in _lines(resp):
                 if self._stop.is_set():
                     return
