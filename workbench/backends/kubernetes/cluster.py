@@ -144,10 +144,10 @@ class Cluster:
                 self._api = None
 
     @property
-    def core(self) -> client.CoreV1Api:
-        """core/v1, typed: for pod logs (logs.py, logcopy.py) only; everything else goes
-        through rest.py (importing this class costs about 1.4 s)."""
-        return client.CoreV1Api(self.api)
+    def core(self) -> rest.CoreReads:
+        """The core/v1 reads of pod logs (rest.CoreReads: the typed CoreV1Api's signatures,
+        without importing it, which alone took ~1.4 s of `workbench logs`)."""
+        return rest.CoreReads(self.api)
 
     def serves(self, group: str, version: str) -> bool:
         """Whether the cluster serves ``group/version`` (discovery, asked once)."""
@@ -281,12 +281,14 @@ class Cluster:
         plural = "secrets" if kind == "Secret" else "services"
         self._send("PATCH", f"/api/v1/namespaces/{namespace}/{plural}/{name}", patch, MERGE_PATCH)
 
-    def pods(self, namespace: str, job: str | None = None) -> list[dict[str, Any]]:
+    def pods(self, namespace: str, job: str | None = None,
+             timeout: Any = None) -> list[dict[str, Any]]:  # fmt: skip
         """Pods of one job (or of every workbench job) in ``namespace``."""
         selector = f"{LABEL_JOB}={job}" if job else LABEL_JOB
         url_path = rest.path("api", "v1", "namespaces", namespace, "pods")
         items: list[dict[str, Any]] = (
-            rest.get_json(self.api, url_path, {"labelSelector": selector}).get("items") or []
+            rest.get_json(self.api, url_path, {"labelSelector": selector}, timeout).get("items")
+            or []
         )
         return items
 

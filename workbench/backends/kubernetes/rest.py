@@ -56,3 +56,30 @@ def read(resp: Any) -> bytes:
     finally:
         resp.release_conn()
     return data
+
+
+class CoreReads:
+    """The two core/v1 reads that pod logs make (logs.py, logcopy.py), with the typed
+    CoreV1Api's signatures, so either serves there; through request(), always unread
+    (``_preload_content`` is accepted for the signature and must be False)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, *, follow: bool = False,
+                                container: str | None = None, tail_lines: int | None = None,
+                                _preload_content: bool = False,
+                                _request_timeout: Any = None) -> Any:  # fmt: skip
+        """The pod's log (``follow``: streamed until the container ends)."""
+        assert not _preload_content, "read the response (rest.read) or stream it"
+        query = {"follow": "true" if follow else None, "container": container,
+                 "tailLines": tail_lines}  # fmt: skip
+        url_path = path("api", "v1", "namespaces", namespace, "pods", name, "log")
+        return request(self.api, "GET", url_path, query, timeout=_request_timeout)
+
+    def read_namespaced_pod(self, name: str, namespace: str, *, _preload_content: bool = False,
+                            _request_timeout: Any = None) -> Any:  # fmt: skip
+        """The pod, unread."""
+        assert not _preload_content, "read the response (rest.read)"
+        url_path = path("api", "v1", "namespaces", namespace, "pods", name)
+        return request(self.api, "GET", url_path, timeout=_request_timeout)
