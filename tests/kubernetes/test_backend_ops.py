@@ -15,10 +15,13 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_for
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes import test_backend
 from workbench.backends._jobfiles import SECRET_FILE
+from workbench.backends.kubernetes.cluster import Cluster
 from workbench.cli import main as cli_main
+from workbench.errors import SubmitError
 from workbench.manager import JobManager
 from workbench.settings import Settings
 from workbench.spec import JobStatus, TrainSpec
@@ -93,6 +96,63 @@ def test_a_cluster_jobs_folder_is_made_when_it_has_something_to_hold(
     assert stat.S_IMODE(saved.stat().st_mode) == 0o600 and "hf_secret123" in saved.read_text()
     assert jobs.backend("kubernetes").rerun_spec("token-dir").env["HF_TOKEN"] == "hf_secret123"
     assert jobs.wait("token-dir", timeout=90).status is JobStatus.SUCCEEDED
+
+
+def test_a_cancelled_cluster_jobs_logs_outlive_its_pods(
+    jobs: JobManager, cluster: FakeCluster
+) -> None:
+    """Cancel copies each rank's log into the job folder before it deletes the workload
+    (its pods go with it): what a cancelled job printed stays readable once they are gone."""
+    script = ("import os, time\n"
+              "print(f\"rank {os.environ['WORKBENCH_RANK']} working\", flush=True)\n"
+              "time.sleep(300)\n")  # fmt: skip
+    jobs.submit(spec(["python", "-c", script], name="cut-short"))
+
+    def both_printed() -> bool:
+        return sorted(jobs.logs("cut-short", rank=None)) == [
+            "[rank 0] rank 0 working", "[rank 1] rank 1 working"]  # fmt: skip
+
+    wait_for(both_printed, timeout=60, what="both ranks' first line in their pods' logs")
+    record = jobs.cancel("cut-short", wait=0)
+    logs = Path(record.job_dir or "") / "logs"
+    assert [(logs / f"rank-{r}.log").read_text() for r in (0, 1)] == [
+        "rank 0 working\n", "rank 1 working\n"]  # fmt: skip
+    assert jobs.wait("cut-short", timeout=60).status is JobStatus.CANCELLED
+    pods = ("", "v1", "pods")
+    wait_for(lambda: not cluster.state.list(pods, test_backend.NS, "workbench.io/job=cut-short")[0],
+             timeout=30, what="the job's pods to be gone")  # fmt: skip
+    assert sorted(jobs.logs("cut-short", rank=None)) == [
+        "[rank 0] rank 0 working", "[rank 1] rank 1 working"]  # fmt: skip
+
+
+def test_a_cancel_the_cluster_refuses_leaves_the_job_and_its_logs_to_end_as_they_would(
+    jobs: JobManager, cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delete refused (RBAC without delete): the job runs on, its row back to Running
+    with a CancelFailed event, and the log copy made for the cancel forgotten, so the
+    job's end copies the whole log (not the part printed before the cancel)."""
+    gate = tmp_path / "go"
+    script = ("import os, pathlib, time\nprint('before', flush=True)\n"
+              "while not pathlib.Path(os.environ['GATE']).exists():\n    time.sleep(0.05)\n"
+              "print('after', flush=True)\n")  # fmt: skip
+    jobs.submit(spec(["python", "-c", script], name="refused", workers=1,
+                     env={"GATE": str(gate)}))  # fmt: skip
+    wait_for(lambda: list(jobs.logs("refused")) == ["before"], timeout=60, what="the first line")
+
+    def forbidden(self: Cluster, namespace: str, kind: str, name: str) -> bool:
+        raise SubmitError("kubernetes", f"deleting {kind} {name}: 403 jobs is forbidden")
+
+    monkeypatch.setattr(Cluster, "delete_workload", forbidden)
+    with pytest.raises(SubmitError, match=r"403 jobs is forbidden.*was not cancelled"):
+        jobs.cancel("refused", wait=0)
+    record = jobs.get("refused")
+    assert record.status is JobStatus.RUNNING and record.events[-1].reason == "CancelFailed"
+    logs = Path(record.job_dir or "") / "logs"
+    assert not list(logs.glob(".copied-*"))  # the cancel's copy is not taken as the end's
+    monkeypatch.undo()
+    gate.touch()
+    assert jobs.wait("refused", timeout=90).status is JobStatus.SUCCEEDED
+    assert (logs / "rank-0.log").read_text() == "before\nafter\n"
 
 
 # ---- surfaces ---------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from tests.fakes.kube_kubelet import FakeCluster, wait_until
 from workbench.backends.base import split_rank_prefix
 from workbench.backends.kubernetes.logcopy import LogCopier, job_logs, write_metric_records
 from workbench.backends.kubernetes.logs import pod_lines, rank_logs
+from workbench.backends.kubernetes.rest import CoreReads
 from workbench.monitor.metrics import read_job_metrics
 from workbench.monitor.stream import format_metric_line
 
@@ -369,6 +370,39 @@ def test_a_retried_gang_keeps_every_attempt_in_order(
     v1.delete_namespaced_pod("demo-0-a2", NS)
     assert list(job_logs(v1, NS, tmp_path, lambda: {}, rank=0, attempt=2, tail=2)) == [
         "second try", "done"]  # fmt: skip
+
+
+def test_a_staged_copy_is_kept_on_commit_and_leaves_nothing_on_discard(
+    api_client: client.ApiClient, v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """A cancel stages the running attempt's logs before its delete: discarded (the delete
+    was refused) it leaves the copy, the marks and the metrics as they were, and logs read
+    the live pod; committed, it is the copy. Copying an attempt again after a crash that
+    left its mark unwritten holds it once. Read through rest.CoreReads, as the backend does."""
+    core = CoreReads(api_client)
+    copier = LogCopier(core, NS, tmp_path)
+    make_pod(v1, "demo-0-a1", 0)
+    kube_fake.state.append_log(NS, "demo-0-a1", "first try\n", container="main")
+    kube_fake.set_pod_phase(NS, "demo-0-a1", "Failed")
+    copier.copy({0: "demo-0-a1"}, attempt=1)
+    make_pod(v1, "demo-0-a2", 0)
+    kube_fake.set_pod_phase(NS, "demo-0-a2", "Running")
+    kube_fake.state.append_log(NS, "demo-0-a2", "second try\n", container="main")
+    log, before = tmp_path / "logs" / "rank-0.log", sorted(tmp_path.rglob("*"))
+    copier.discard(copier.stage({0: "demo-0-a2"}, attempt=2))  # the cancel's delete refused
+    assert sorted(tmp_path.rglob("*")) == before and log.read_text() == "first try\n"
+    assert copier.copied_attempt(0) == 1
+    live = {0: "demo-0-a2"}
+    kube_fake.state.append_log(NS, "demo-0-a2", "done\n", container="main")
+    assert list(job_logs(core, NS, tmp_path, lambda: live, rank=0, attempt=2)) == [
+        "first try", "second try", "done"]  # fmt: skip
+    assert copier.commit(copier.stage(live, attempt=2)) == {0: len(b"second try\ndone\n")}
+    whole = "first try\n[workbench] ---- attempt 2 ----\nsecond try\ndone\n"
+    assert log.read_text() == whole and copier.copied(0, attempt=2)
+    (tmp_path / "logs" / ".copied-rank-0").write_text("1")  # a crash before the mark
+    copier.copy(live, attempt=2)
+    assert log.read_text() == whole
 
 
 def test_job_logs_reads_the_pods_until_copied(

@@ -580,8 +580,9 @@ class KubernetesBackend(Backend):
                   podgroup=podgroup)  # fmt: skip
 
     def cancel(self, name: str, wait: float = 30.0) -> JobRecord:
-        """Record Cancelling and delete the workload in the foreground; returns at once
-        (``wait <= 0``) or once the watch has seen the pods go."""
+        """Record Cancelling, copy each rank's log into the job folder, and delete the
+        workload in the foreground; returns then (``wait <= 0``) or once the watch has seen
+        the pods go."""
         record = self.get(name)
         if record.details.get("launching"):  # the workload may not exist yet: wait for it
             if self._settle_launch(name, record.details) is None:
@@ -593,7 +594,14 @@ class KubernetesBackend(Backend):
         self.store.request_cancel(name, JobEvent(time.time(), "Cancelling",
                                                  f"deleting {d['kind']} {name} (foreground)",
                                                  "warning"))  # fmt: skip
-        cluster, _, sync = self._of(record)
+        cluster, logs, sync = self._of(record)
+        # The pods go with the workload, and their logs with them: read each rank's log
+        # first, keep it once the delete is sent (what they print after is not kept).
+        try:
+            staged = logs.stage(d["namespace"], record.job_dir, sync.pods_to_copy(name),
+                                record.attempt)  # fmt: skip
+        except Exception:  # the cancel goes on without the copy
+            staged = None
         try:
             deleted = cluster.delete_workload(d["namespace"], d["kind"], name)
         except (SubmitError, *UNREACHABLE) as e:
@@ -602,10 +610,13 @@ class KubernetesBackend(Backend):
             why = (
                 str(e.detail) if isinstance(e, SubmitError) else f"the cluster did not answer: {e}"
             )
+            logs.discard(staged)
             self.store.withdraw_cancel(name, record.status, JobEvent(
                 time.time(), "CancelFailed", f"not cancelled: {why}", "error"))  # fmt: skip
             raise SubmitError(self.name, f"{why} (job {name} was not cancelled; "
                                          "cancel it again once the cluster answers)") from None  # fmt: skip
+        with contextlib.suppress(Exception):
+            sync.kept_copies(name, logs.commit(staged))
         if not deleted:  # already gone (a retry between attempts): nothing left to stop
             sync.sync(name, None, [], gone=True)
         deadline = time.monotonic() + max(0.0, wait)

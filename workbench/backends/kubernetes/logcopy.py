@@ -14,10 +14,11 @@ adds none twice.
 
 from __future__ import annotations
 
+import mmap
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,17 @@ def alert_events(records: list[dict[str, Any]], rank: int) -> list[JobEvent]:
     return events
 
 
+@dataclass
+class StagedCopy:
+    """One rank's log of one attempt, read into ``part`` (LogCopier.stage)."""
+
+    rank: int
+    attempt: int
+    part: Path
+    records: list[dict[str, Any]]
+    size: int
+
+
 class LogCopier:
     """Copies each rank's log of one attempt into the job folder (see the module doc)."""
 
@@ -100,17 +112,45 @@ class LogCopier:
 
         A pod already gone is skipped (nothing is left to copy); call it for each attempt
         before the attempt's pods are deleted (a gang retry) and when the job ends."""
+        return self.commit(self.stage(pods_by_rank, attempt))
+
+    def stage(self, pods_by_rank: dict[int, str], attempt: int = 1) -> list[StagedCopy]:
+        """Read each rank's log of ``attempt`` (not copied yet) into a file beside its copy,
+        for commit() or discard(): a cancel reads the logs before its delete (the pods go
+        with the workload) and keeps them only once the delete is sent."""
         self.files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as at launch
         self.files.logs.mkdir(exist_ok=True)
+        staged: list[StagedCopy] = []
+        try:
+            for rank, pod in sorted(pods_by_rank.items()):
+                if not self.copied(rank, attempt):
+                    one = self._stage_rank(rank, pod, attempt)
+                    if one is not None:
+                        staged.append(one)
+        except BaseException:
+            self.discard(staged)
+            raise
+        return staged
+
+    def commit(self, staged: list[StagedCopy]) -> dict[int, int]:
+        """Put staged copies in place: the log, its metric records and alerts, the mark
+        that the attempt is copied; {rank: bytes of output}."""
         sizes: dict[int, int] = {}
-        for rank, pod in sorted(pods_by_rank.items()):
-            if not self.copied(rank, attempt):
-                size = self._copy_rank(rank, pod, attempt)
-                if size is not None:
-                    sizes[rank] = size
+        for one in staged:
+            write_metric_records(self.files.dir, one.rank, one.records)
+            self.alerts.extend(alert_events(one.records, one.rank))
+            os.replace(one.part, self.files.log_path(one.rank))
+            self._mark(one.rank).write_text(str(one.attempt))
+            sizes[one.rank] = one.size
         return sizes
 
-    def _copy_rank(self, rank: int, pod: str, attempt: int) -> int | None:
+    @staticmethod
+    def discard(staged: list[StagedCopy]) -> None:
+        """Drop staged copies (the cancel they were read for did not go through)."""
+        for one in staged:
+            one.part.unlink(missing_ok=True)
+
+    def _stage_rank(self, rank: int, pod: str, attempt: int) -> StagedCopy | None:
         try:
             resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
                          tail=None, read_timeout=120.0)  # fmt: skip
@@ -126,10 +166,10 @@ class LogCopier:
         try:
             with open(part, "wb") as f:
                 if attempt > 1:  # earlier attempts stay first, as local retries keep them
+                    marker = f"[workbench] ---- attempt {attempt} ----\n".encode()
                     if final.exists():
-                        with open(final, "rb") as before:
-                            shutil.copyfileobj(before, f)
-                    f.write(f"[workbench] ---- attempt {attempt} ----\n".encode())
+                        _copy_before(final, f, marker)
+                    f.write(marker)
                 for chunk in _chunks(resp):
                     *lines, pending = (pending + chunk).split(b"\n")
                     size += _split_into(f, [x + b"\n" for x in lines], records)
@@ -137,13 +177,33 @@ class LogCopier:
                         size += _split_into(f, [pending], records)
                         pending = b""
                 size += _split_into(f, [pending] if pending else [], records)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
         finally:
             _release(resp)
-        write_metric_records(self.files.dir, rank, records)
-        self.alerts.extend(alert_events(records, rank))
-        os.replace(part, final)
-        self._mark(rank).write_text(str(attempt))
-        return size
+        return StagedCopy(rank, attempt, part, records, size)
+
+
+def _copy_before(src: Path, f: Any, marker: bytes) -> None:
+    """Copy ``src`` into ``f`` up to the line ``marker``, when it holds one (an earlier
+    copy of this same attempt whose mark a crash left unwritten), so copying an attempt
+    again never holds it twice."""
+    with open(src, "rb") as before:
+        size = os.fstat(before.fileno()).st_size
+        end = size
+        if size:
+            with mmap.mmap(before.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                at = mm.rfind(marker)
+                if at == 0 or (at > 0 and mm[at - 1 : at] == b"\n"):
+                    end = at
+        left = end
+        while left > 0:
+            chunk = before.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            f.write(chunk)
+            left -= len(chunk)
 
 
 def _split_into(f: Any, lines: list[bytes], records: list[dict[str, Any]]) -> int:

@@ -161,6 +161,31 @@ class PodLogs:
                     return
                 time.sleep(0.2)
 
+    def stage(self, namespace: str, job_dir: str | None, pods_by_rank: dict[int, str],
+              attempt: int) -> Any:  # fmt: skip
+        """Read each rank's log of ``attempt`` for commit() or discard() (a cancel: read
+        before its delete, kept once the delete is sent); None when there is nothing."""
+        if _logcopy is None or not job_dir or not pods_by_rank:
+            return None
+        copier = _logcopy.LogCopier(self.cluster.core, namespace, Path(job_dir))
+        return copier, copier.stage(pods_by_rank, attempt)
+
+    @staticmethod
+    def commit(staged: Any) -> list[JobEvent]:
+        """Keep what stage() read; the GPU alerts in it, as job events."""
+        if staged is None:
+            return []
+        copier, copies = staged
+        copier.commit(copies)
+        alerts: list[JobEvent] = copier.alerts
+        return alerts
+
+    @staticmethod
+    def discard(staged: Any) -> None:
+        """Drop what stage() read."""
+        if staged is not None:
+            staged[0].discard(staged[1])
+
     def lines(self, backend: KubernetesBackend, record: JobRecord, rank: int | None, follow: bool,
               tail: int | None, stop: threading.Event | None) -> Iterator[str]:  # fmt: skip
         """One rank, or every rank merged (each line prefixed with its rank)."""

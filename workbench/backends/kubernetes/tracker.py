@@ -24,7 +24,7 @@ from ...spec import JobEvent, JobStatus, RankState, TrainSpec
 from ...store import JobStore
 from .._jobfiles import JobFiles
 from . import watch
-from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, Cluster
+from .cluster import BACKEND, KUBEFLOW, UNREACHABLE, VOLCANO, ApiException, Cluster
 from .kubeflow import PLURALS, replica_templates
 from .manifests import LABEL_JOB
 from .status import HOLD_REASONS, JobView, RankView, job_view
@@ -39,6 +39,11 @@ UNCLAIMED_JOBS = 256
 _COPY_AT_END = (
     importlib.util.find_spec(__package__ + ".logcopy") is not None
 )  # the workload as first created: a retry creates it again
+
+
+# (connect, read) seconds for the pod list a cancel makes to copy the logs first: a slow
+# cluster delays the cancel by at most this much (the copy itself reads with a timeout).
+CANCEL_READ = (5.0, 20.0)
 
 
 def owned_by(obj: dict[str, Any], uid: str | None) -> bool:
@@ -190,6 +195,31 @@ class JobSync:
                         else f"failed ({v.reason or 'no exit code'})")  # fmt: skip
                 self.store.add_event(name, JobEvent(time.time(), "RankFailed",
                                                     f"rank {rank} {what}", "error"))  # fmt: skip
+
+    def pods_to_copy(self, name: str) -> dict[int, str]:
+        """Rank -> pod of the job's current attempt, listed now (for a cancel's copy of the
+        logs: its pods go with the workload); {} when the cluster does not answer in time."""
+        row = self.store.row(name)
+        if row is None:
+            return {}
+        details = row["details"]
+        try:
+            pods = self.cluster.pods(details["namespace"], name, timeout=CANCEL_READ)
+        except (ApiException, *UNREACHABLE):
+            return {}
+        view = job_view(None, [p for p in pods if owned_by(p, details.get("uid"))])
+        return {r: v.log_pod or v.pod for r, v in view.ranks.items() if v.log_pod or v.pod}
+
+    def kept_copies(self, name: str, alerts: list[JobEvent]) -> None:
+        """A cancel kept its copy of the logs: the folder's spec.yaml, the copy's alerts."""
+        row = self.store.row(name)
+        if row is None:
+            return
+        with contextlib.suppress(Exception):  # spec.yaml is for people: the row has it
+            JobFiles(Path(row["details"]["job_dir"])).ensure(
+                TrainSpec.from_dict(json.loads(row["spec_json"]))
+            )
+        self._add_alerts(name, alerts)
 
     def _save_logs(self, row: dict[str, Any], view: JobView) -> None:
         """Copy the attempt's pod logs into the job's folder (made now, with spec.yaml,
