@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from kubernetes.client.rest import ApiException
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster, wait_until
 from workbench.backends.base import split_rank_prefix
+from workbench.backends.kubernetes import logcopy
 from workbench.backends.kubernetes.logcopy import LogCopier, job_logs, write_metric_records
 from workbench.backends.kubernetes.logs import pod_lines, rank_logs
 from workbench.backends.kubernetes.rest import CoreReads
@@ -403,6 +405,26 @@ def test_a_staged_copy_is_kept_on_commit_and_leaves_nothing_on_discard(
     (tmp_path / "logs" / ".copied-rank-0").write_text("1")  # a crash before the mark
     copier.copy(live, attempt=2)
     assert log.read_text() == whole
+
+
+def test_a_deadline_cuts_a_staged_copy_short_and_says_so(
+    api_client: client.ApiClient, v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A cancel reads the logs for a bounded time: a rank whose log is still being read
+    at the deadline is kept up to there, with a line saying so; ranks not reached are not
+    copied. (The clock is the copier's own: past the deadline after the first chunk.)"""
+    make_pod(v1, "demo-0", 0)
+    make_pod(v1, "demo-1", 1)
+    kube_fake.state.append_log(NS, "demo-0", "line\n" * 100_000, container="main")  # 8 chunks
+    kube_fake.state.append_log(NS, "demo-1", "other\n", container="main")
+    ticks = iter([0.0, 0.0])  # rank 0 is reached and opened in time, then the deadline passes
+    monkeypatch.setattr(logcopy, "time", SimpleNamespace(monotonic=lambda: next(ticks, 100.0)))
+    copier = LogCopier(CoreReads(api_client), NS, tmp_path)
+    assert set(copier.commit(copier.stage({0: "demo-0", 1: "demo-1"}, deadline=50.0))) == {0}
+    text = (tmp_path / "logs" / "rank-0.log").read_text()
+    assert text.endswith(logcopy.CUT_SHORT) and 0 < text.count("line\n") < 100_000
+    assert not (tmp_path / "logs" / "rank-1.log").exists() and not copier.copied(1)
 
 
 def test_job_logs_reads_the_pods_until_copied(

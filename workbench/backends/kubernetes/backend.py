@@ -61,6 +61,9 @@ SPEC_HASH = "workbench.io/spec-hash"
 ORIGIN = "workbench.io/origin"
 MAX_NAME = 52  # pods are named NAME-INDEX-xxxxx, and a label value holds at most 63
 SETTLE = 10.0  # seconds a follower waits after the last pod's log for the job's end
+# Seconds a cancel spends reading the pods' logs before its delete (their copy is the
+# only one left once the pods go); a log not read by then is kept up to there, marked.
+CANCEL_COPY_SECONDS = 15.0
 DATA_SCHEMES = ("pvc", "nas", "s3", "s3a", "oss")
 # A launch marks its row until its objects exist; past this age the mark is a dead
 # launch's, whatever its process (each request a launch makes times out well before).
@@ -596,10 +599,11 @@ class KubernetesBackend(Backend):
                                                  "warning"))  # fmt: skip
         cluster, logs, sync = self._of(record)
         # The pods go with the workload, and their logs with them: read each rank's log
-        # first, keep it once the delete is sent (what they print after is not kept).
+        # first (for CANCEL_COPY_SECONDS at most: a runaway log must not hold the cancel),
+        # keep it once the delete is sent (what they print after is not kept).
         try:
             staged = logs.stage(d["namespace"], record.job_dir, sync.pods_to_copy(name),
-                                record.attempt)  # fmt: skip
+                                record.attempt, CANCEL_COPY_SECONDS)  # fmt: skip
         except Exception:  # the cancel goes on without the copy
             staged = None
         try:

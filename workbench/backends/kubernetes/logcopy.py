@@ -17,6 +17,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,9 @@ from .._logread import read_logs
 from .logs import _chunks, _open, _release, rank_logs
 
 COPIED_MARK = ".copied-rank-{rank}"
+# The last line of a copy whose reading a deadline stopped (a cancel's: bounded, as the
+# user waits for it); the rest of the log went with the pods.
+CUT_SHORT = "[workbench] ---- the copy stops here: the rest of this log was not read in time ----\n"
 HUGE_LINE = 1 << 20  # a line this long without a newline is no record: written through
 
 
@@ -114,17 +118,22 @@ class LogCopier:
         before the attempt's pods are deleted (a gang retry) and when the job ends."""
         return self.commit(self.stage(pods_by_rank, attempt))
 
-    def stage(self, pods_by_rank: dict[int, str], attempt: int = 1) -> list[StagedCopy]:
+    def stage(self, pods_by_rank: dict[int, str], attempt: int = 1,
+              deadline: float | None = None) -> list[StagedCopy]:  # fmt: skip
         """Read each rank's log of ``attempt`` (not copied yet) into a file beside its copy,
         for commit() or discard(): a cancel reads the logs before its delete (the pods go
-        with the workload) and keeps them only once the delete is sent."""
+        with the workload) and keeps them only once the delete is sent. With ``deadline``
+        (a time.monotonic() value) the reading stops there: a rank cut short says so in
+        its copy, and ranks not reached by then are not copied."""
         self.files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as at launch
         self.files.logs.mkdir(exist_ok=True)
         staged: list[StagedCopy] = []
         try:
             for rank, pod in sorted(pods_by_rank.items()):
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
                 if not self.copied(rank, attempt):
-                    one = self._stage_rank(rank, pod, attempt)
+                    one = self._stage_rank(rank, pod, attempt, deadline)
                     if one is not None:
                         staged.append(one)
         except BaseException:
@@ -150,10 +159,14 @@ class LogCopier:
         for one in staged:
             one.part.unlink(missing_ok=True)
 
-    def _stage_rank(self, rank: int, pod: str, attempt: int) -> StagedCopy | None:
+    def _stage_rank(self, rank: int, pod: str, attempt: int,
+                    deadline: float | None = None) -> StagedCopy | None:  # fmt: skip
+        read_timeout = 120.0
+        if deadline is not None:
+            read_timeout = max(1.0, min(read_timeout, deadline - time.monotonic()))
         try:
             resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
-                         tail=None, read_timeout=120.0)  # fmt: skip
+                         tail=None, read_timeout=read_timeout)  # fmt: skip
         except ApiException as e:
             if e.status in (400, 404):  # gone, or never started: no log
                 return None
@@ -176,6 +189,11 @@ class LogCopier:
                     if len(pending) > HUGE_LINE:
                         size += _split_into(f, [pending], records)
                         pending = b""
+                    if deadline is not None and time.monotonic() >= deadline:
+                        size += _split_into(f, [pending + b"\n"] if pending else [], records)
+                        f.write(CUT_SHORT.encode())
+                        resp.close()  # unread: its connection must not go back to the pool
+                        return StagedCopy(rank, attempt, part, records, size)
                 size += _split_into(f, [pending] if pending else [], records)
         except BaseException:
             part.unlink(missing_ok=True)

@@ -162,13 +162,15 @@ class PodLogs:
                 time.sleep(0.2)
 
     def stage(self, namespace: str, job_dir: str | None, pods_by_rank: dict[int, str],
-              attempt: int) -> Any:  # fmt: skip
+              attempt: int, seconds: float | None = None) -> Any:  # fmt: skip
         """Read each rank's log of ``attempt`` for commit() or discard() (a cancel: read
-        before its delete, kept once the delete is sent); None when there is nothing."""
+        before its delete, kept once the delete is sent), for at most ``seconds``; None
+        when there is nothing."""
         if _logcopy is None or not job_dir or not pods_by_rank:
             return None
         copier = _logcopy.LogCopier(self.cluster.core, namespace, Path(job_dir))
-        return copier, copier.stage(pods_by_rank, attempt)
+        deadline = None if seconds is None else time.monotonic() + seconds
+        return copier, copier.stage(pods_by_rank, attempt, deadline)
 
     @staticmethod
     def commit(staged: Any) -> list[JobEvent]:
