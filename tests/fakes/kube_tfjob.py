@@ -156,7 +156,7 @@ def loopback_tf_config(value: str, dns_names: set[str], ports: dict[str, int]) -
         host, _, _ = endpoint.rpartition(":")
         if host not in dns_names:
             return endpoint
-        if host not in ports:  # below the ephemeral range: see free_ports
+        if host not in ports:
             # setdefault: pods start in threads of their own, and the first port given
             # for a host is the one every pod's TF_CONFIG names (two differed: a flake)
             ports.setdefault(host, free_ports(1)[0])
