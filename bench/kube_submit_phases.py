@@ -61,7 +61,7 @@ def main() -> None:
     for owner, attr, label in [
         (B, "admit", "admit (all)"), (kbackend, "render", "admit: render"),
         (kbackend.capacity, "check_gang", "admit: capacity check"),
-        (B, "launch", "launch (all)"), (C, "_post", "launch: POST (2)"),
+        (B, "launch", "launch (all)"), (C, "_post", "launch: POST (the Job)"),
         (C, "own", "launch: PATCH a Secret's owner"),
         (_jobfiles.JobFiles, "write_spec", "launch: spec.yaml"),
         (JobStore, "insert", "launch: store INSERT"),

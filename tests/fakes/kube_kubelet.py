@@ -18,7 +18,7 @@
 
 Cluster DNS is loopback. An ``nslookup`` on the processes' PATH answers from the names
 the cluster has published (pods with a hostname and subdomain whose headless Service
-exists: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
+exists and selects them: ``HOST.SUBDOMAIN``, with or without ``.NS``, ``.NS.svc``, ``.NS.svc.cluster.local``),
 so init containers wait as they would on a cluster. In the main container, MASTER_ADDR
 and PET_MASTER_ADDR holding such a name, and each such name in Volcano's VC_*_HOSTS
 lists, get 127.0.0.1 instead (torch resolves names in C, past any Python patch), and
@@ -250,16 +250,21 @@ class FakeCluster:
     # -- DNS --
     def _publish_dns(self) -> None:
         names = set()
-        services = {
-            (s["metadata"]["namespace"], s["metadata"]["name"])
+        # A pod's own record (HOSTNAME.SUBDOMAIN) exists, as cluster DNS makes it from the
+        # Service's endpoints, only while the headless Service named by its subdomain
+        # selects it: a Service shared by many jobs' pods must select each of them.
+        selectors = {
+            (s["metadata"]["namespace"], s["metadata"]["name"]):
+                [(k, "=", {v}) for k, v in ((s.get("spec") or {}).get("selector") or {}).items()]
             for s in self.state.list(SERVICES, None)[0]
-        }
+        }  # fmt: skip
         for p in self.state.list(PODS, None)[0]:
             ns, spec = p["metadata"]["namespace"], p.get("spec") or {}
+            reqs = selectors.get((ns, spec.get("subdomain") or ""))
             if (
                 spec.get("hostname")
-                and spec.get("subdomain")
-                and (ns, spec["subdomain"]) in services
+                and reqs
+                and selector_matches(reqs, p["metadata"].get("labels") or {})
             ):
                 base = f"{spec['hostname']}.{spec['subdomain']}"
                 names |= {

@@ -25,7 +25,10 @@ from tests.conftest import wait_for
 from tests.fakes.kube_apiserver import FakeKubeAPIServer
 from tests.fakes.kube_kubelet import FakeCluster
 from workbench.backends import load_backend
-from workbench.errors import BackendUnavailableError, SpecError
+from workbench.backends.kubernetes import cluster as kcluster
+from workbench.backends.kubernetes import rest
+from workbench.backends.kubernetes.manifests import LABEL_JOB, RANKS_SERVICE
+from workbench.errors import BackendUnavailableError, SpecError, SubmitError
 from workbench.manager import JobManager
 from workbench.settings import Settings
 from workbench.spec import JobRecord, JobStatus, RankState, TrainSpec
@@ -204,9 +207,10 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     s = spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
     before = len(kube_fake.state.requests)
     first = jobs.submit(s)
-    # The Secret before the Job (pods read it), owned once the Job's uid exists; the
-    # Service after the Job, owned from birth: no request beyond the objects but that PATCH.
-    assert _writes(kube_fake, before) == ["POST secrets", "POST jobs", "POST services",
+    # The namespace's shared Service first (read, found missing, made: once), then the
+    # Secret before the Job (pods read it), owned once the Job's uid exists: no request
+    # beyond the objects but that PATCH.
+    assert _writes(kube_fake, before) == ["POST services", "POST secrets", "POST jobs",
                                           "PATCH secrets"]  # fmt: skip
     assert first.status in (JobStatus.PENDING, JobStatus.RUNNING)  # the watch may be quick
     assert {k: first.details[k] for k in ("namespace", "kind", "flavor")} == {
@@ -215,11 +219,14 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     assert first.details["uid"] == job.metadata.uid
     secret = client.CoreV1Api(api_client).read_namespaced_secret("idem-credentials", NS)
     assert [r.uid for r in secret.metadata.owner_references] == [job.metadata.uid]
-    svc = client.CoreV1Api(api_client).read_namespaced_service(first.details["service"], NS)
-    assert [r.uid for r in svc.metadata.owner_references] == [job.metadata.uid]
+    assert first.details["service"] is None  # no Service of its own
+    svc = client.CoreV1Api(api_client).read_namespaced_service(RANKS_SERVICE, NS)
+    assert svc.metadata.owner_references is None  # shared: no job's, none deletes it
+    assert job.spec.template.spec.subdomain == RANKS_SERVICE
     before = len(kube_fake.state.requests)
     jobs.submit(spec(["python", "sleeper.py"], name="plain"))
-    assert _writes(kube_fake, before) == ["POST jobs", "POST services"]  # the objects only
+    assert [f"{m} {p.split('?')[0]}" for m, p in kube_fake.state.requests[before:]] == [
+        f"POST /apis/batch/v1/namespaces/{NS}/jobs"]  # the one object, nothing else  # fmt: skip
     assert "hf_abcdef123" not in json.dumps(first.to_dict())
     again = jobs.submit(
         spec(["python", "sleeper.py"], name="idem", env={"HF_TOKEN": "hf_abcdef123"})
@@ -231,6 +238,57 @@ def test_launch_creates_owned_objects_and_is_idempotent(
     assert len(client.BatchV1Api(api_client).list_namespaced_job(NS).items) == 2
 
 
+def test_the_shared_service_is_ensured_and_one_not_ours_is_refused(
+    jobs: JobManager, api_client: client.ApiClient, kube_fake: FakeKubeAPIServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The namespace's shared Service: a user's own of that name, or ours changed so it
+    would not name the pods, refuses the submit with the fix and leaves nothing behind;
+    one deleted is made again at the next check; one a racing submit made (a 409) is
+    taken as made."""
+    core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
+    core.create_namespaced_service(NS, {"metadata": {"name": RANKS_SERVICE}, "spec": {
+        "clusterIP": "None", "selector": {"app": "mine"}}})  # fmt: skip
+    with pytest.raises(SubmitError) as e:
+        jobs.submit(spec(["python", "sleeper.py"], name="refused"))
+    msg = str(e.value)
+    assert (
+        "workbench did not make" in msg and f"kubectl delete service {RANKS_SERVICE} -n {NS}" in msg
+    )
+    assert jobs.store.row("refused") is None and batch.list_namespaced_job(NS).items == []
+    core.delete_namespaced_service(RANKS_SERVICE, NS)
+
+    monkeypatch.setattr(kcluster, "ENSURE_SECONDS", 0.0)  # checked at every submit
+    jobs.submit(spec(["python", "sleeper.py"], name="first"))
+    made = core.read_namespaced_service(RANKS_SERVICE, NS)
+    assert made.metadata.labels["app.kubernetes.io/managed-by"] == "workbench"
+    core.patch_namespaced_service(RANKS_SERVICE, NS, {"spec": {"selector": {LABEL_JOB: "first"}}})
+    with pytest.raises(SubmitError) as e:
+        jobs.submit(spec(["python", "sleeper.py"], name="changed"))
+    assert "has been changed" in str(e.value) and jobs.store.row("changed") is None
+
+    core.delete_namespaced_service(RANKS_SERVICE, NS)
+    before = len(kube_fake.state.requests)
+    jobs.submit(spec(["python", "sleeper.py"], name="second"))
+    assert "POST services" in _writes(kube_fake, before)  # made again
+    assert core.read_namespaced_service(RANKS_SERVICE, NS).metadata.uid != made.metadata.uid
+
+    read = rest.get_json
+    seen: list[str] = []
+
+    def missing_once(api: client.ApiClient, url_path: str, *a: object, **kw: object) -> object:
+        if url_path.endswith(f"/services/{RANKS_SERVICE}") and not seen:
+            seen.append(url_path)  # another submit makes it between this read and our POST
+            raise client.ApiException(status=404, reason="Not Found")
+        return read(api, url_path, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(rest, "get_json", missing_once)
+    before = len(kube_fake.state.requests)
+    third = jobs.submit(spec(["python", "sleeper.py"], name="third"))
+    assert seen and _writes(kube_fake, before) == ["POST services", "POST jobs"]  # the 409, then on
+    assert third.details["uid"] == batch.read_namespaced_job("third", NS).metadata.uid
+
+
 KILLED_MID_LAUNCH = """
 import json, os, signal, sys
 from workbench.backends.kubernetes.cluster import Cluster
@@ -238,21 +296,18 @@ from workbench.manager import JobManager
 from workbench.settings import Settings
 from workbench.spec import TrainSpec
 
-create = Cluster.create
+def killed_before_the_secret_is_owned(self, ns, kind, name, owner):
+    os.kill(os.getpid(), signal.SIGKILL)  # the Secret and the Job exist; the row is marked
 
-def killed_before_the_service(self, ns, obj):
-    if obj["kind"] == "Service":  # the Secret and the Job exist; the row is marked launching
-        os.kill(os.getpid(), signal.SIGKILL)
-    return create(self, ns, obj)
-
-Cluster.create = killed_before_the_service
+Cluster.own = killed_before_the_secret_is_owned
 m = JobManager(Settings.load(backend="kubernetes", kubernetes={"flavor": "indexed"}))
 m.submit(TrainSpec.from_dict(json.loads(sys.argv[1])))
 """
 
 
 def _killed_mid_launch(s: TrainSpec) -> None:
-    """Submit ``s`` from a process that SIGKILLs itself as launch reaches the Service."""
+    """Submit ``s`` from a process that SIGKILLs itself as launch would make the Job the
+    Secret's owner."""
     killed = subprocess.run([sys.executable, "-c", KILLED_MID_LAUNCH, json.dumps(s.to_dict())],
                             cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert killed.returncode == -9, killed.stderr
@@ -261,25 +316,24 @@ def _killed_mid_launch(s: TrainSpec) -> None:
 def test_a_launch_killed_midway_is_adopted_by_the_same_spec(
     jobs: JobManager, api_client: client.ApiClient, wb_home: Path, tmp_path: Path
 ) -> None:
-    """kill -9 between the Job's POST and the Service's: the Secret and the Job stay on the
-    cluster, and the row stays marked as launching by a process that is gone. The same
-    spec submitted again from the same home clears that row and adopts the objects (a
-    Service made, the Secret made again with the values given now) instead of refusing
-    its own job; another home with that spec is still refused."""
+    """kill -9 between the Job's POST and the PATCH that makes it the Secret's owner: the
+    Secret and the Job stay on the cluster, and the row stays marked as launching by a
+    process that is gone. The same spec submitted again from the same home clears that
+    row and adopts the objects (the Secret made again with the values given now, and
+    owned) instead of refusing its own job; another home with that spec is still refused."""
     _killed_mid_launch(spec(["python", "sleeper.py"], name="orphan", env={"HF_TOKEN": "hf_first"}))
     core, batch = client.CoreV1Api(api_client), client.BatchV1Api(api_client)
     orphan = batch.read_namespaced_job("orphan", NS)
     row = jobs.store.row("orphan")  # what the kill left: the marked row, no uid
     assert row is not None and row["details"]["launching"] and "uid" not in row["details"]
-    assert [s.metadata.name for s in core.list_namespaced_service(NS).items] == []
+    assert core.read_namespaced_secret("orphan-credentials", NS).metadata.owner_references is None
 
     again = jobs.submit(spec(["python", "sleeper.py"], name="orphan",
                              env={"HF_TOKEN": "hf_second"}))  # fmt: skip
     assert again.details["uid"] == orphan.metadata.uid  # adopted, not made again
     assert "launching" not in again.details and "launcher" not in again.details
     assert [j.metadata.name for j in batch.list_namespaced_job(NS).items] == ["orphan"]
-    svc = core.read_namespaced_service(again.details["service"], NS)
-    assert [r.uid for r in svc.metadata.owner_references] == [orphan.metadata.uid]
+    assert [s.metadata.name for s in core.list_namespaced_service(NS).items] == [RANKS_SERVICE]
     secret = core.read_namespaced_secret("orphan-credentials", NS)
     assert [base64.b64decode(v).decode() for v in secret.data.values()] == ["hf_second"]
     assert [r.uid for r in secret.metadata.owner_references] == [orphan.metadata.uid]

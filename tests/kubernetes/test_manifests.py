@@ -310,7 +310,7 @@ def test_indexed_pods_get_the_local_env_contract(procs: int) -> None:
     spec = make(workers=3, gpus=procs, procs_per_worker=procs)
     job = rendered(spec, "indexed")
     main = job.manifests[1]["spec"]["template"]["spec"]["containers"][0]
-    hosts = tuple(f"mnist-1-{i}.mnist-1" for i in range(3))
+    hosts = tuple(f"mnist-1-{i}.workbench-ranks" for i in range(3))
     world = World(3, procs, hosts[0], 23456, hosts, (23456,) * 3)
     for index in range(3):
         seen = _resolve(main["env"], index)
@@ -357,7 +357,7 @@ def test_ranks_wait_for_the_master_dns_name(flavor: str) -> None:
     script = waits[0]["command"][2]
     host = {e["name"]: e.get("value") for e in waits[0]["env"]}["MASTER_HOST"]
     assert "nslookup" in script and "exit 1" in script and "600" in script
-    assert host == ("mnist-1-0.mnist-1" if flavor == "indexed" else "mnist-1-master-0")
+    assert host == ("mnist-1-0.workbench-ranks" if flavor == "indexed" else "mnist-1-master-0")
     single = rendered(make(workers=1), flavor)
     single_waits = [
         c["name"]
@@ -387,12 +387,23 @@ def test_command_is_kept_literal_and_secret_arguments_go_through_the_secret() ->
     assert "pw-0123" not in job.to_yaml()
 
 
-def test_service_name_is_a_dns_1035_label_for_digit_names() -> None:
-    job = rendered(make(name="7b-run"), "indexed")
-    service = job.manifests[0]
+def test_indexed_jobs_share_one_headless_service_per_namespace() -> None:
+    """Every indexed job renders the same Service, whatever its name (a digit-led one
+    too, which a Service could not be named after): it selects all indexed jobs' pods
+    and no one job's, so the jobs share it, and each pod's subdomain names it."""
+    first, second = rendered(make(name="7b-run"), "indexed"), rendered(make(name="a"), "indexed")
+    service = first.manifests[0]
     validate(service)
-    assert service["metadata"]["name"] == "wb-7b-run"
-    assert job.manifests[1]["spec"]["template"]["spec"]["subdomain"] == "wb-7b-run"
+    assert service == second.manifests[0]
+    assert service["metadata"]["name"] == "workbench-ranks"
+    assert LABEL_JOB not in service["metadata"]["labels"]  # the watches select on its presence
+    assert LABEL_JOB not in service["spec"]["selector"]
+    assert "ownerReferences" not in service["metadata"] and "ports" not in service["spec"]
+    for job in (first, second):
+        pod = job.manifests[1]["spec"]["template"]
+        assert pod["spec"]["subdomain"] == "workbench-ranks"
+        assert all(pod["metadata"]["labels"].get(k) == v
+                   for k, v in service["spec"]["selector"].items())  # fmt: skip
     with pytest.raises(SpecError) as e:
         rendered(make(name="7b-run"), "kubeflow")
     assert e.value.field == "name"

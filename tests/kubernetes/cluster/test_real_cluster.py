@@ -101,8 +101,12 @@ def _dry_run(api: client.ApiClient, obj: dict[str, Any]) -> None:
     kind = obj["kind"]
     if kind == "Secret":
         client.CoreV1Api(api).create_namespaced_secret(NS, obj, dry_run="All")
-    elif kind == "Service":
-        client.CoreV1Api(api).create_namespaced_service(NS, obj, dry_run="All")
+    elif kind == "Service":  # the namespace's shared one: there already once a job ran
+        try:
+            client.CoreV1Api(api).create_namespaced_service(NS, obj, dry_run="All")
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
     elif kind == "Job":
         client.BatchV1Api(api).create_namespaced_job(NS, obj, dry_run="All")
     else:

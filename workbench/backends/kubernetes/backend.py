@@ -43,11 +43,17 @@ from .cluster import (
     ApiException,
     Cluster,
     api_error,
-    owner_ref,
     workload_kind,
 )
 from .config import DNS1123_LABEL, KubeSettings, check_flavor, check_namespace, load_settings
-from .manifests import FLAVORS, ClusterOptions, RenderedJob, render, secret_name, service_name
+from .manifests import (
+    FLAVORS,
+    RANKS_SERVICE,
+    ClusterOptions,
+    RenderedJob,
+    render,
+    secret_name,
+)
 from .podlogs import PodLogs
 from .tracker import WORKLOAD_FILE, JobSync, NamespaceTracker
 from .volcano import KIND_KEY as VOLCANO_KIND
@@ -285,14 +291,13 @@ class KubernetesBackend(Backend):
         spec = plan.spec
         redacted = spec.redacted()  # once: the row and spec.yaml hold the same
         files = JobFiles(self.home / "jobs" / name)
-        svc = service_name(name) if flavor == "indexed" else None
         secret = secret_name(name) if rendered.secret else None
         record = JobRecord(
             name=name, status=JobStatus.PENDING, backend=self.name, spec=redacted.to_dict(),
             image=plan.image, runtime="pod", price_per_hour=plan.price_per_hour,
             job_dir=str(files.dir),
             details={"runtime": "pod", "namespace": ns, "kind": kind, "flavor": flavor,
-                     "spec_hash": digest, "service": svc, "secret": secret, "context": context,
+                     "spec_hash": digest, "service": None, "secret": secret, "context": context,
                      **_scheduling(rendered.manifests[-1])},
             events=[JobEvent(time.time(), "Submitted",
                              f"{spec.workers} worker(s) x {spec.procs_per_worker or 1} process(es) "
@@ -325,12 +330,13 @@ class KubernetesBackend(Backend):
                 files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
             if spec.max_retries:  # what a gang restart creates again (read only then)
                 (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
-            # The Secret exists before the workload makes pods (they read it), and becomes
-            # the workload's once that exists: a PATCH, as an ownerReference needs the
-            # owner's uid. The Service (the pods' DNS names) comes after the workload,
-            # owned from birth: every rank, rank 0 included, waits for the master's name
-            # before it starts (manifests.wait_for_master), so a job without credentials
-            # costs one request per object and no more.
+            # The namespace's shared Service (the pods' DNS names; no job's own) is made
+            # sure of first, once a minute per namespace. The Secret exists before the
+            # workload makes pods (they read it), and becomes the workload's once that
+            # exists: a PATCH, as an ownerReference needs the owner's uid. So a job
+            # without credentials costs one request: its workload.
+            for shared in rendered.manifests[:-1]:
+                cluster.ensure_service(ns, shared)
             if rendered.secret is not None:
                 self._create_ours(cluster, ns, self._marked(rendered.secret, digest), digest)
                 created.append(("Secret", rendered.secret["metadata"]["name"]))
@@ -338,11 +344,6 @@ class KubernetesBackend(Backend):
                 cluster, ns, self._marked(rendered.manifests[-1], digest), digest
             )
             created.append((kind, name))
-            for obj in rendered.manifests[:-1]:
-                owned = {**self._marked(obj, digest)["metadata"],
-                         "ownerReferences": [owner_ref(workload)]}  # fmt: skip
-                self._create_ours(cluster, ns, {**obj, "metadata": owned}, digest)
-                created.append((obj["kind"], obj["metadata"]["name"]))
             if rendered.secret is not None:  # it goes with the workload
                 cluster.own(ns, "Secret", rendered.secret["metadata"]["name"], workload)
             self.store.update(name, details={"uid": workload["metadata"]["uid"],
@@ -439,9 +440,8 @@ class KubernetesBackend(Backend):
         return bool(notes.get(ORIGIN) == self.origin and notes.get(SPEC_HASH) == digest)
 
     def _create_ours(self, cluster: Cluster, ns: str, body: dict[str, Any], digest: str) -> None:
-        """Create a Secret or Service. One of the same name that a killed launch of this
-        spec made is kept (a Service: the same manifest) or made again (a Secret: its
-        values may have changed since; the hash covers only their names)."""
+        """Create a Secret. One of the same name that a killed launch of this spec made is
+        made again (its values may have changed since; the hash covers only their names)."""
         kind, name = body["kind"], body["metadata"]["name"]
         try:
             cluster.create(ns, body)
@@ -453,9 +453,8 @@ class KubernetesBackend(Backend):
                 raise SubmitError(self.name, f"the cluster did not answer: {e}") from None
             if not self._ours(found, digest):
                 raise
-        if kind == "Secret":
-            cluster.delete_quietly(ns, kind, name)
-            cluster.create(ns, body)
+        cluster.delete_quietly(ns, kind, name)
+        cluster.create(ns, body)
 
     def _create_workload(self, cluster: Cluster, ns: str, body: dict[str, Any],
                          digest: str) -> dict[str, Any]:  # fmt: skip
@@ -491,7 +490,8 @@ class KubernetesBackend(Backend):
         details = self.get(name).details
         ns = details.get("namespace") or self.kube.namespace
         if details.get("flavor") == "indexed":
-            host = f"{name}-0.{details.get('service') or service_name(name)}.{ns}.svc"
+            # a job from before the shared Service has its own
+            host = f"{name}-0.{details.get('service') or RANKS_SERVICE}.{ns}.svc"
         else:
             host = f"{name}-master-0.{ns}.svc"  # the training-operator's Service of rank 0
         return host, self.kube.master_port

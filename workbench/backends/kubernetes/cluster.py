@@ -19,7 +19,7 @@ from ...errors import BackendUnavailableError, SpecError, SubmitError
 from . import rest
 from .config import KubeSettings
 from .kubeflow import PLURALS
-from .manifests import LABEL_JOB
+from .manifests import LABEL_JOB, LABEL_MANAGED
 from .volcano import GROUP as VOLCANO_GROUP
 from .volcano import KIND_KEY as VOLCANO_KIND
 from .volcano import PLURAL as VOLCANO_PLURAL
@@ -44,6 +44,7 @@ NO_CLUSTER_HINT = "set KUBECONFIG (or kubernetes.kubeconfig in the workbench con
 # (a twentieth of a submit's client time, measured with py-spy) to refresh a token that
 # expires, and it refreshes 5 minutes before the expiry, so once a second loses nothing.
 REFRESH_SECONDS = 1.0
+ENSURE_SECONDS = 60.0  # how long a namespace's shared Service, once checked, is taken to exist
 MERGE_PATCH = "application/strategic-merge-patch+json"  # what the typed patch_* send a dict as
 
 
@@ -100,6 +101,7 @@ class Cluster:
         self._api: client.ApiClient | None = None
         self._lock = threading.Lock()
         self._served: dict[tuple[str, str], bool] = {}
+        self._ensured: dict[tuple[str, str], float] = {}  # (namespace, Service) -> when checked
         self._snapshot: tuple[float, list[dict[str, Any]], list[dict[str, Any]]] | None = None
 
     @property
@@ -182,6 +184,46 @@ class Cluster:
                                 f"{namespace}", "pick another --name") from None  # fmt: skip
             raise api_error(e, f"creating {kind} {obj['metadata']['name']}") from None
         raise SubmitError(BACKEND, f"cannot create a {kind}")
+
+    def ensure_service(self, namespace: str, body: dict[str, Any]) -> None:
+        """Make sure the shared Service ``body`` (manifests.ranks_service) is there as
+        workbench made it: created when missing (a 409 from a racing creator is as good).
+        Checked once a minute per namespace (ENSURE_SECONDS), so a sweep of submits pays
+        one request, not one per job. SubmitError when a Service of that name is someone
+        else's, or has been changed so it would not name the jobs' pods."""
+        name = body["metadata"]["name"]
+        key = (namespace, name)
+        checked = self._ensured.get(key)
+        if checked is not None and time.monotonic() - checked < ENSURE_SECONDS:
+            return
+        url_path = rest.path("api", "v1", "namespaces", namespace, "services", name)
+        try:
+            try:
+                found = rest.get_json(self.api, url_path, timeout=(10.0, 30.0))
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                try:
+                    found = self._post(f"/api/v1/namespaces/{namespace}/services", body)
+                except ApiException as e2:
+                    if e2.status != 409:
+                        raise
+                    found = rest.get_json(self.api, url_path, timeout=(10.0, 30.0))
+        except ApiException as e:
+            raise api_error(e, f"making sure Service {name} exists") from None
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        spec, want = found.get("spec") or {}, body["spec"]
+        if labels.get(LABEL_MANAGED) != "workbench" or any(
+            spec.get(k) != v for k, v in want.items()
+        ):
+            whose = "workbench did not make" if labels.get(LABEL_MANAGED) != "workbench" else (
+                "has been changed")  # fmt: skip
+            raise SubmitError(BACKEND, (
+                f"namespace {namespace} has a Service {name!r} that {whose}; indexed jobs' "
+                f"pods take their DNS names from it (spec {json.dumps(want, sort_keys=True)}). "
+                f"Delete it (kubectl delete service {name} -n {namespace}) and submit again: "
+                "workbench makes it anew"))  # fmt: skip
+        self._ensured[key] = time.monotonic()
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST a manifest as it is. The typed create_* calls validate the dict into the

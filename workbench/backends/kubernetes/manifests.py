@@ -3,8 +3,10 @@
 Two flavours:
 
 * ``indexed``: a batch/v1 Job in Indexed completion mode (completions = parallelism =
-  workers) plus a headless Service; each pod's hostname is ``JOB-INDEX`` and its
-  subdomain the Service, so rank 0 is ``JOB-0.SERVICE``. Ranks come from the
+  workers) plus the namespace's headless Service RANKS_SERVICE, which every indexed
+  job's pods share (as JobSet's ``network.subdomain`` shares one); each pod's hostname is
+  ``JOB-INDEX`` and its subdomain that Service, so rank 0 is ``JOB-0.workbench-ranks``.
+  Ranks come from the
   ``batch.kubernetes.io/job-completion-index`` annotation (what JOB_COMPLETION_INDEX is
   made of), through the downward API.
 * ``kubeflow``: a kubeflow.org/v1 PyTorchJob, TFJob or MPIJob by the spec's framework
@@ -56,6 +58,8 @@ CREDENTIAL_ENV = {
     "s3a": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"),
     "oss": ("OSS_ACCESS_KEY_ID", "OSS_ACCESS_KEY_SECRET"),
 }
+# The headless Service indexed jobs' pods share (ranks_service): rank 0 is JOB-0.workbench-ranks
+RANKS_SERVICE = "workbench-ranks"
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 
 
@@ -117,9 +121,25 @@ class RenderedJob:
         return yaml.dump_all(self.display_manifests(), Dumper=_Dumper, sort_keys=False)
 
 
-def service_name(job: str) -> str:
-    """The headless Service of an indexed job: a DNS-1035 label (starts with a letter)."""
-    return job if DNS1035.match(job) else f"wb-{job}"[:63].rstrip("-")
+def ranks_service(options: ClusterOptions) -> dict[str, Any]:
+    """The headless Service that gives indexed jobs' pods their DNS names, one per
+    namespace and shared (the backend ensures it, and no job owns it). A job's pod names
+    are unique in the namespace (``JOB-INDEX``, and job names are), so one Service serves
+    all: one object per job fewer to create, and none to count against a namespace's
+    ``services`` quota. It selects by flavour, not by job, and has no ports (a headless
+    Service needs none for A records, and jobs may listen on different ones)."""
+    selector = {LABEL_MANAGED: "workbench", LABEL_FLAVOR: "indexed"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(RANKS_SERVICE, options, selector),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            # Workers look the master up before it is ready: its record must exist early.
+            "publishNotReadyAddresses": True,
+        },
+    }
 
 
 def secret_name(job: str) -> str:
@@ -200,7 +220,7 @@ def _meta(name: str, options: ClusterOptions, labels: dict[str, str]) -> dict[st
 
 def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
              labels: dict[str, str]) -> list[dict[str, Any]]:  # fmt: skip
-    name, svc = spec.name or "", service_name(spec.name or "")
+    name, svc = spec.name or "", RANKS_SERVICE
     master = f"{name}-0.{svc}"
     index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
     world = World(
@@ -218,9 +238,8 @@ def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
             env.append({"name": key, "valueFrom": index_ref})
         else:
             env.append({"name": key, "value": value})
-    # Every rank waits for the master's name, rank 0 for its own: launch creates the
-    # Service after the Job (so that it is owned from birth), and a pod's record is
-    # published only once the pod has an address, whichever came first.
+    # Every rank waits for the master's name, rank 0 for its own: a pod's record is
+    # published only once the pod has an address.
     init = [builder.wait_for_master(master)]
     pod = builder.pod_spec("worker", env, builder.args(), init, port_name="master")
     pod["subdomain"] = svc  # with the hostname JOB-INDEX: the pod's DNS name
@@ -236,23 +255,9 @@ def _indexed(spec: TrainSpec, options: ClusterOptions, builder: _PodBuilder,
         job_spec["activeDeadlineSeconds"] = math.ceil(spec.timeout)
     if options.ttl_seconds_after_finished is not None:
         job_spec["ttlSecondsAfterFinished"] = options.ttl_seconds_after_finished
-    service = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(svc, options, labels),
-        "spec": {
-            "clusterIP": "None",
-            "selector": {LABEL_JOB: name},
-            # Workers look the master up before it is ready: its record must exist early.
-            "publishNotReadyAddresses": True,
-            "ports": [
-                {"name": "master", "port": options.master_port, "targetPort": options.master_port}
-            ],
-        },
-    }
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(name, options, labels),
            "spec": job_spec}  # fmt: skip
-    return [service, job]
+    return [ranks_service(options), job]
 
 
 # flavour -> renderer(spec, options, builder, labels) -> manifests (the workload last)
