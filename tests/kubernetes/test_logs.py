@@ -407,24 +407,42 @@ def test_a_staged_copy_is_kept_on_commit_and_leaves_nothing_on_discard(
     assert log.read_text() == whole
 
 
-def test_a_deadline_cuts_a_staged_copy_short_and_says_so(
+def test_a_deadline_cuts_a_staged_copy_short_and_keeps_the_logs_last_lines(
     api_client: client.ApiClient, v1: client.CoreV1Api, kube_fake: FakeKubeAPIServer,
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """A cancel reads the logs for a bounded time: a rank whose log is still being read
-    at the deadline is kept up to there, with a line saying so; ranks not reached are not
-    copied. (The clock is the copier's own: past the deadline after the first chunk.)"""
+    at the deadline is kept up to there, with a line saying so, then its last lines (the
+    end of a runaway log says why it ran away); a rank not reached gets its last lines
+    alone. (The clock is the copier's own: past the deadline after the first chunk, and
+    within the tails' TAIL_SECONDS after it.)"""
     make_pod(v1, "demo-0", 0)
     make_pod(v1, "demo-1", 1)
-    kube_fake.state.append_log(NS, "demo-0", "line\n" * 100_000, container="main")  # 8 chunks
-    kube_fake.state.append_log(NS, "demo-1", "other\n", container="main")
+    body = "".join(f"line {i}\n" for i in range(100_000))  # 8 chunks and more
+    kube_fake.state.append_log(NS, "demo-0", body + "why it ran away\n", container="main")
+    kube_fake.state.append_log(NS, "demo-1", "other\n" * 3 + "last of rank 1\n", container="main")
     ticks = iter([0.0, 0.0])  # rank 0 is reached and opened in time, then the deadline passes
-    monkeypatch.setattr(logcopy, "time", SimpleNamespace(monotonic=lambda: next(ticks, 100.0)))
+    clock = SimpleNamespace(monotonic=lambda: next(ticks, 51.0))
+    monkeypatch.setattr(logcopy, "time", clock)
     copier = LogCopier(CoreReads(api_client), NS, tmp_path)
+    assert set(copier.commit(copier.stage({0: "demo-0", 1: "demo-1"}, deadline=50.0))) == {0, 1}
+    head, _, tail = (tmp_path / "logs" / "rank-0.log").read_text().partition(logcopy.CUT_SHORT)
+    assert head.startswith("line 0\nline 1\n") and 0 < head.count("\n") < 100_000
+    assert tail.startswith(logcopy.TAIL_FOLLOWS) and tail.endswith("line 99999\nwhy it ran away\n")
+    assert tail.count("\n") == logcopy.TAIL_LINES + 1  # the marker and the last lines
+    rank1 = (tmp_path / "logs" / "rank-1.log").read_text()
+    assert rank1 == logcopy.NOT_REACHED + "other\n" * 3 + "last of rank 1\n"
+    assert copier.copied(0) and copier.copied(1)
+    assert not list((tmp_path / "logs").glob("*.part"))
+
+    # The tails' time spent too: rank 0 ends at the cut, rank 1 is not copied.
+    other = tmp_path / "later"
+    ticks = iter([0.0, 0.0])
+    clock.monotonic = lambda: next(ticks, 100.0)
+    copier = LogCopier(CoreReads(api_client), NS, other)
     assert set(copier.commit(copier.stage({0: "demo-0", 1: "demo-1"}, deadline=50.0))) == {0}
-    text = (tmp_path / "logs" / "rank-0.log").read_text()
-    assert text.endswith(logcopy.CUT_SHORT) and 0 < text.count("line\n") < 100_000
-    assert not (tmp_path / "logs" / "rank-1.log").exists() and not copier.copied(1)
+    assert (other / "logs" / "rank-0.log").read_text().endswith(logcopy.CUT_SHORT)
+    assert not (other / "logs" / "rank-1.log").exists() and not copier.copied(1)
 
 
 def test_job_logs_reads_the_pods_until_copied(

@@ -599,7 +599,8 @@ class KubernetesBackend(Backend):
                                                  "warning"))  # fmt: skip
         cluster, logs, sync = self._of(record)
         # The pods go with the workload, and their logs with them: read each rank's log
-        # first (for CANCEL_COPY_SECONDS at most: a runaway log must not hold the cancel),
+        # first (for CANCEL_COPY_SECONDS at most, and the logs' last lines for
+        # logcopy.TAIL_SECONDS more: a runaway log must not hold the cancel),
         # keep it once the delete is sent (what they print after is not kept).
         try:
             staged = logs.stage(d["namespace"], record.job_dir, sync.pods_to_copy(name),

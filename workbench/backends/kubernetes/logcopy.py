@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError
 
 from ...monitor.metrics import MetricSink
 from ...monitor.stream import split_metric_lines
@@ -33,9 +34,16 @@ from .._logread import read_logs
 from .logs import _chunks, _open, _release, rank_logs
 
 COPIED_MARK = ".copied-rank-{rank}"
-# The last line of a copy whose reading a deadline stopped (a cancel's: bounded, as the
-# user waits for it); the rest of the log went with the pods.
+# The line where a deadline stopped reading a copy (a cancel's: bounded, as the user waits
+# for it). The log's last lines follow it, read then (TAIL_*): the end of a runaway log is
+# often the part that says why it ran away. A rank not reached by the deadline gets its
+# last lines alone, after NOT_REACHED. The rest went with the pods.
 CUT_SHORT = "[workbench] ---- the copy stops here: the rest of this log was not read in time ----\n"
+TAIL_FOLLOWS = "[workbench] ---- its last lines, read then (some may repeat the lines above) ----\n"
+NOT_REACHED = "[workbench] ---- the log before its last lines was not read in time ----\n"
+TAIL_LINES = 1000
+TAIL_BYTES = 1 << 20
+TAIL_SECONDS = 5.0  # after the deadline, for every rank's last lines together
 HUGE_LINE = 1 << 20  # a line this long without a newline is no record: written through
 
 
@@ -124,18 +132,22 @@ class LogCopier:
         for commit() or discard(): a cancel reads the logs before its delete (the pods go
         with the workload) and keeps them only once the delete is sent. With ``deadline``
         (a time.monotonic() value) the reading stops there: a rank cut short says so in
-        its copy, and ranks not reached by then are not copied."""
+        its copy, then holds its last lines; ranks not reached by then get their last
+        lines alone. Those tails have TAIL_SECONDS after the deadline, all ranks together;
+        a rank whose tail is not read by then is not copied."""
         self.files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, as at launch
         self.files.logs.mkdir(exist_ok=True)
         staged: list[StagedCopy] = []
         try:
             for rank, pod in sorted(pods_by_rank.items()):
+                if self.copied(rank, attempt):
+                    continue
                 if deadline is not None and time.monotonic() >= deadline:
-                    break
-                if not self.copied(rank, attempt):
+                    one = self._stage_tail(rank, pod, attempt, deadline + TAIL_SECONDS)
+                else:
                     one = self._stage_rank(rank, pod, attempt, deadline)
-                    if one is not None:
-                        staged.append(one)
+                if one is not None:
+                    staged.append(one)
         except BaseException:
             self.discard(staged)
             raise
@@ -171,18 +183,13 @@ class LogCopier:
             if e.status in (400, 404):  # gone, or never started: no log
                 return None
             raise
-        final = self.files.log_path(rank)
-        part = final.with_name(final.name + ".part")
+        part = self._part(rank)
         records: list[dict[str, Any]] = []
         size = 0
         pending = b""
         try:
             with open(part, "wb") as f:
-                if attempt > 1:  # earlier attempts stay first, as local retries keep them
-                    marker = f"[workbench] ---- attempt {attempt} ----\n".encode()
-                    if final.exists():
-                        _copy_before(final, f, marker)
-                    f.write(marker)
+                self._earlier(f, rank, attempt)
                 for chunk in _chunks(resp):
                     *lines, pending = (pending + chunk).split(b"\n")
                     size += _split_into(f, [x + b"\n" for x in lines], records)
@@ -193,6 +200,10 @@ class LogCopier:
                         size += _split_into(f, [pending + b"\n"] if pending else [], records)
                         f.write(CUT_SHORT.encode())
                         resp.close()  # unread: its connection must not go back to the pool
+                        tail = self._tail(pod, deadline + TAIL_SECONDS)
+                        if tail:
+                            f.write(TAIL_FOLLOWS.encode())
+                            size += _split_into(f, tail, records)
                         return StagedCopy(rank, attempt, part, records, size)
                 size += _split_into(f, [pending] if pending else [], records)
         except BaseException:
@@ -201,6 +212,61 @@ class LogCopier:
         finally:
             _release(resp)
         return StagedCopy(rank, attempt, part, records, size)
+
+    def _part(self, rank: int) -> Path:
+        final = self.files.log_path(rank)
+        return final.with_name(final.name + ".part")
+
+    def _earlier(self, f: Any, rank: int, attempt: int) -> None:
+        """Start a copy of ``attempt`` > 1 with the earlier attempts' copy and the attempt's
+        line, as local retries keep them."""
+        if attempt > 1:
+            final = self.files.log_path(rank)
+            marker = f"[workbench] ---- attempt {attempt} ----\n".encode()
+            if final.exists():
+                _copy_before(final, f, marker)
+            f.write(marker)
+
+    def _stage_tail(self, rank: int, pod: str, attempt: int, until: float) -> StagedCopy | None:
+        """A copy of the rank's last lines alone, read by ``until``; None when there are none."""
+        tail = self._tail(pod, until)
+        if not tail:
+            return None
+        part = self._part(rank)
+        records: list[dict[str, Any]] = []
+        try:
+            with open(part, "wb") as f:
+                self._earlier(f, rank, attempt)
+                f.write(NOT_REACHED.encode())
+                size = _split_into(f, tail, records)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        return StagedCopy(rank, attempt, part, records, size)
+
+    def _tail(self, pod: str, until: float) -> list[bytes]:
+        """The pod's last TAIL_LINES whole lines (TAIL_BYTES at most, from their start), as
+        read by ``until``; none when the pod cannot be read by then."""
+        left = until - time.monotonic()
+        if left <= 0:
+            return []
+        data = b""
+        try:
+            resp = _open(self.core_api, self.namespace, pod, self.container, follow=False,
+                         tail=TAIL_LINES, read_timeout=max(0.5, left))  # fmt: skip
+            try:
+                for chunk in _chunks(resp):
+                    data += chunk
+                    if len(data) >= TAIL_BYTES or time.monotonic() >= until:
+                        resp.close()  # unread: its connection must not go back to the pool
+                        data = data[:TAIL_BYTES]
+                        break
+            finally:
+                _release(resp)
+        except (ApiException, HTTPError, OSError):  # gone, or did not answer in time
+            pass
+        lines = data.split(b"\n")[:-1]  # whole lines only: a cut one is not a line
+        return [x + b"\n" for x in lines]
 
 
 def _copy_before(src: Path, f: Any, marker: bytes) -> None:
