@@ -3,8 +3,9 @@ on a cluster.
 
 admit renders the manifests (manifests.py) and checks the gang against the nodes when a
 cluster is configured; launch makes sure of the namespace's shared Service, creates the
-Secret and the workload, and the store row. One watch per namespace and resource (tracker.py) writes every status change
-into the store, so the change feed carries cluster jobs as it carries local ones.
+Secret and the workload, and the store row. One watch per namespace and resource
+(tracker.py) writes every status change into the store, so the change feed carries
+cluster jobs as it carries local ones.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@ Two flavours:
   workers) plus the namespace's headless Service RANKS_SERVICE, which every indexed
   job's pods share (as JobSet's ``network.subdomain`` shares one); each pod's hostname is
   ``JOB-INDEX`` and its subdomain that Service, so rank 0 is ``JOB-0.workbench-ranks``.
-  Ranks come from the
-  ``batch.kubernetes.io/job-completion-index`` annotation (what JOB_COMPLETION_INDEX is
-  made of), through the downward API.
+  Ranks come from the ``batch.kubernetes.io/job-completion-index`` annotation (what
+  JOB_COMPLETION_INDEX is made of), through the downward API.
 * ``kubeflow``: a kubeflow.org/v1 PyTorchJob, TFJob or MPIJob by the spec's framework
   (kubeflow.py). The training-operator sets the framework's own variables itself
   (MASTER_ADDR/RANK/PET_*, TF_CONFIG, the MPI hostfile); workbench adds the rest.
