@@ -19,6 +19,7 @@ from tests.conftest import wait_for
 from tests.fakes.kube_kubelet import FakeCluster
 from tests.kubernetes import test_backend
 from workbench.backends._jobfiles import SECRET_FILE
+from workbench.backends.kubernetes.backend import ORIGIN
 from workbench.backends.kubernetes.cluster import Cluster
 from workbench.cli import main as cli_main
 from workbench.errors import SubmitError
@@ -65,6 +66,11 @@ def test_follow_continues_across_a_gang_restart(jobs: JobManager, cluster: FakeC
     assert "Restarting" in events and "RankFailed" in events
     copy = Path(final.job_dir or "") / "logs" / "rank-0.log"
     assert copy.read_text().splitlines() == followed
+    # The second attempt's workload says whose it is, as the first's did.
+    backend = jobs.backend("kubernetes")
+    job = cluster.state.get(("batch", "v1", "jobs"), test_backend.NS, "phoenix")
+    assert job["metadata"]["uid"] == final.details["uid"]
+    assert job["metadata"]["annotations"][ORIGIN] == backend.origin  # type: ignore[attr-defined]
 
 
 def test_a_cluster_jobs_folder_is_made_when_it_has_something_to_hold(

@@ -329,8 +329,10 @@ class KubernetesBackend(Backend):
                 files.ensure(redacted)
             if any(secrets.values()):  # none: rerun reads no file as none saved
                 files.write_secrets(secrets)  # for rerun: 0600, never on the cluster's side
-            if spec.max_retries:  # what a gang restart creates again (read only then)
-                (files.dir / WORKLOAD_FILE).write_text(json.dumps(rendered.manifests[-1]))
+            if spec.max_retries:  # what a gang restart creates again (read only then),
+                # marked as the first attempt is: whose it is outlives a restart
+                marked = self._marked(rendered.manifests[-1], digest)
+                (files.dir / WORKLOAD_FILE).write_text(json.dumps(marked))
             # The namespace's shared Service (the pods' DNS names; no job's own) is made
             # sure of first, once a minute per namespace. The Secret exists before the
             # workload makes pods (they read it), and becomes the workload's once that
